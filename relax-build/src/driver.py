@@ -1,0 +1,321 @@
+"""Compile driver of relax-build: one Relax model in, one exported library out.
+
+relax-build runs this file with the toolchain's Python as
+
+    python driver.py REQUEST_JSON
+
+The request names the model source, the entry attribute, the input specs, the
+TVM target dict and the output folder. On success the driver writes, into that
+folder, the exported library and `signature.json` (functions, arguments with
+dtypes and static/symbolic dims, weights, outputs). On failure it writes
+`error.json` ({"kind", "message", "detail"}) and exits with status 1, so that
+relax-build can report the error in Rust with the model name and manifest key.
+
+The driver never writes a file in place: everything goes to a temporary name in
+the output folder and is renamed when complete.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+import traceback
+
+SUPPORTED_TVM_VERSION = "0.27.0.post1"
+
+
+class DriverError(Exception):
+    """An error with a kind that relax-build maps to a manifest key."""
+
+    def __init__(self, kind, message, detail=""):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.detail = detail
+
+
+def write_atomically(path, data):
+    temporary = path + ".tmp"
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with open(temporary, mode) as handle:
+        handle.write(data)
+    os.replace(temporary, path)
+
+
+def user_traceback(source_path):
+    """The current exception's traceback, trimmed to the frames in the user's file.
+
+    The frames of this driver and of importlib say nothing useful to a user; the
+    last frames inside TVM are kept when the error was raised there, since they
+    name the operator or pass that failed.
+    """
+    exc_type, exc_value, exc_tb = sys.exc_info()
+    frames = traceback.extract_tb(exc_tb)
+    source_path = os.path.realpath(source_path)
+    user_frames = [f for f in frames if os.path.realpath(f.filename) == source_path]
+    if user_frames:
+        last_user = max(i for i, f in enumerate(frames) if os.path.realpath(f.filename) == source_path)
+        kept = user_frames + frames[last_user + 1 :][-2:]
+    else:
+        kept = frames[-3:]
+    lines = ["Traceback (most recent call last, trimmed to the model source):\n"]
+    lines += traceback.format_list(kept)
+    lines += traceback.format_exception_only(exc_type, exc_value)
+    return "".join(lines).rstrip()
+
+
+def import_source(model_name, source_path):
+    """Executes the model source as a module registered in sys.modules.
+
+    TVMScript's parser looks the defining module up in sys.modules to read the
+    class source, so the module must be registered before it is executed.
+    """
+    module_name = "relax_model_" + model_name
+    spec = importlib.util.spec_from_file_location(module_name, source_path)
+    if spec is None or spec.loader is None:
+        raise DriverError("source", f"cannot import {source_path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    sys.path.insert(0, os.path.dirname(source_path))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # the user's code may raise anything
+        raise DriverError(
+            "source_exception",
+            f"{type(error).__name__}: {error}",
+            user_traceback(source_path),
+        ) from error
+    return module
+
+
+def resolve_entry(module, entry, source_path):
+    if not hasattr(module, entry):
+        public = sorted(
+            name for name in vars(module) if not name.startswith("_") and not isinstance(getattr(module, name), type(sys))
+        )
+        raise DriverError(
+            "entry_missing",
+            f"{source_path} has no attribute `{entry}`",
+            "attributes defined there: " + (", ".join(public) if public else "(none)"),
+        )
+    return getattr(module, entry)
+
+
+def tensor_spec(nn, spec):
+    dims = [dim if isinstance(dim, int) else str(dim) for dim in spec["shape"]]
+    return nn.spec.Tensor(dims, spec["dtype"])
+
+
+def export_nn_module(module_object, inputs, source_path):
+    """relax.frontend.nn module -> (IRModule, parameter names in call order)."""
+    from tvm.relax.frontend import nn
+
+    if not inputs:
+        raise DriverError(
+            "inputs_missing",
+            "a relax.frontend.nn module needs an input spec for each method to export",
+        )
+    spec = {method: {name: tensor_spec(nn, arg) for name, arg in args.items()} for method, args in inputs.items()}
+    for method in spec:
+        if not callable(getattr(module_object, method, None)):
+            raise DriverError("inputs_method", f"the module has no method `{method}`", method)
+    try:
+        ir_module, parameters = module_object.export_tvm(spec=spec)
+    except Exception as error:
+        raise DriverError("export", f"{type(error).__name__}: {error}", user_traceback(source_path)) from error
+    return ir_module, [name for name, _ in parameters]
+
+
+def load_ir_module(entry_object, inputs, source_path):
+    """Turns the entry attribute into an IRModule.
+
+    Accepted: a TVMScript IRModule, a relax.frontend.nn.Module subclass (built
+    with no arguments) or instance, or a function taking no arguments that
+    returns an IRModule.
+    Returns (IRModule, weight names or None when weights keep their Relax names).
+    """
+    import tvm
+    from tvm.relax.frontend import nn
+
+    if isinstance(entry_object, tvm.IRModule):
+        return entry_object, None
+    if isinstance(entry_object, type) and issubclass(entry_object, nn.Module):
+        try:
+            entry_object = entry_object()
+        except Exception as error:
+            raise DriverError(
+                "entry_construct",
+                f"constructing {entry_object.__name__}() failed: {type(error).__name__}: {error}",
+                user_traceback(source_path),
+            ) from error
+    if isinstance(entry_object, nn.Module):
+        return export_nn_module(entry_object, inputs, source_path)
+    if callable(entry_object) and not isinstance(entry_object, type):
+        try:
+            result = entry_object()
+        except Exception as error:
+            raise DriverError("source_exception", f"{type(error).__name__}: {error}", user_traceback(source_path)) from error
+        if isinstance(result, tvm.IRModule):
+            return result, None
+        raise DriverError("entry_type", f"calling the entry returned {type(result).__name__}, not an IRModule")
+    raise DriverError("entry_type", f"the entry is a {type(entry_object).__name__}")
+
+
+def dim_to_json(dim):
+    """A static dim as an int, a symbolic one as its expression text (`batch`)."""
+    value = getattr(dim, "value", None)
+    return int(value) if isinstance(value, int) else str(dim)
+
+
+def tensor_type_to_json(ty, what):
+    from tvm import relax
+
+    if not isinstance(ty, relax.TensorType):
+        raise DriverError("unsupported_type", f"{what} has type {ty}; only tensors are supported")
+    if ty.shape is None or ty.ndim < 0:
+        raise DriverError("unsupported_type", f"{what} has a tensor of unknown rank ({ty}); give it a shape")
+    values = getattr(ty.shape, "values", None)
+    if values is None:
+        raise DriverError("unsupported_type", f"{what} has a shape that is not a list of dims ({ty})")
+    return {"dtype": str(ty.dtype), "shape": [dim_to_json(d) for d in values]}
+
+
+def outputs_to_json(ty, function_name):
+    import tvm
+
+    if isinstance(ty, tvm.ir.TupleType):
+        return [tensor_type_to_json(field, f"output {i} of `{function_name}`") for i, field in enumerate(ty.fields)], True
+    return [tensor_type_to_json(ty, f"the output of `{function_name}`")], False
+
+
+def signature_of(ir_module, weight_names):
+    """Public Relax functions of the module, with arguments split into inputs and weights."""
+    from tvm import relax
+
+    functions = []
+    for global_var, function in sorted(ir_module.functions.items(), key=lambda item: item[0].name_hint):
+        if not isinstance(function, relax.Function):
+            continue
+        attrs = function.attrs if function.attrs is not None else {}
+        if "global_symbol" not in attrs:
+            continue
+        name = str(attrs["global_symbol"])
+        params = list(function.params)
+        num_input = int(attrs["num_input"]) if "num_input" in attrs else len(params)
+        arguments = []
+        for index, param in enumerate(params):
+            entry = tensor_type_to_json(param.ty, f"argument `{param.name}` of `{name}`")
+            entry["name"] = str(param.name)
+            arguments.append(entry)
+        weights = arguments[num_input:]
+        if weight_names is not None:
+            if len(weight_names) != len(weights):
+                raise DriverError(
+                    "export",
+                    f"`{name}` takes {len(weights)} weights but the module has {len(weight_names)} parameters",
+                )
+            for weight, weight_name in zip(weights, weight_names):
+                weight["name"] = weight_name
+        outputs, is_tuple = outputs_to_json(function.ret_ty, name)
+        functions.append(
+            {
+                "name": name,
+                "inputs": arguments[:num_input],
+                "weights": weights,
+                "outputs": outputs,
+                "returns_tuple": is_tuple,
+            }
+        )
+    if not functions:
+        raise DriverError("no_functions", "the IRModule has no public Relax function")
+    return functions
+
+
+def make_target(request):
+    import tvm
+
+    target = dict(request["target"])
+    if target.get("mcpu") == "native":
+        from tvm.target import codegen
+
+        target["mcpu"] = str(codegen.llvm_get_system_cpu())
+    return tvm.target.Target(target)
+
+
+def compile_module(ir_module, target, pipeline):
+    import tvm
+    from tvm import relax
+
+    if pipeline == "zero":
+        ir_module = relax.get_pipeline("zero")(ir_module)
+        relax_pipeline = relax.get_default_pipeline(target)
+    elif pipeline == "default":
+        relax_pipeline = "default"
+    else:
+        raise DriverError("pipeline", f"unknown pipeline `{pipeline}`")
+    return tvm.compile(ir_module, target, relax_pipeline=relax_pipeline)
+
+
+def export_library(executable, output_dir, library_name, cross_compiler):
+    from tvm.support import cc
+
+    temporary = os.path.join(output_dir, library_name + ".tmp.so")
+    if cross_compiler:
+        executable.export_library(temporary, fcompile=cc.cross_compiler(cross_compiler))
+    else:
+        executable.export_library(temporary)
+    os.replace(temporary, os.path.join(output_dir, library_name))
+
+
+def run(request):
+    import tvm
+
+    if tvm.__version__ != SUPPORTED_TVM_VERSION and os.environ.get("RELAX_ALLOW_TVM_VERSION") != "1":
+        raise DriverError(
+            "tvm_version",
+            f"this toolchain has apache-tvm {tvm.__version__}; relax-build supports {SUPPORTED_TVM_VERSION}",
+        )
+    source_path = request["source"]
+    module = import_source(request["model"], source_path)
+    entry_object = resolve_entry(module, request["entry"], source_path)
+    ir_module, weight_names = load_ir_module(entry_object, request.get("inputs"), source_path)
+    functions = signature_of(ir_module, weight_names)
+    target = make_target(request)
+    try:
+        executable = compile_module(ir_module, target, request["pipeline"])
+    except DriverError:
+        raise
+    except Exception as error:
+        raise DriverError("compile", f"{type(error).__name__}: {error}", traceback.format_exc(limit=-3)) from error
+    output_dir = request["output_dir"]
+    export_library(executable, output_dir, request["library_name"], request.get("cross_compiler"))
+    signature = {
+        "model": request["model"],
+        "tvm_version": tvm.__version__,
+        "target": str(target),
+        "functions": functions,
+    }
+    write_atomically(os.path.join(output_dir, "signature.json"), json.dumps(signature, indent=2) + "\n")
+
+
+def main():
+    with open(sys.argv[1]) as handle:
+        request = json.load(handle)
+    output_dir = request["output_dir"]
+    error_path = os.path.join(output_dir, "error.json")
+    if os.path.exists(error_path):
+        os.remove(error_path)
+    try:
+        run(request)
+    except DriverError as error:
+        report = {"kind": error.kind, "message": error.message, "detail": error.detail}
+        write_atomically(error_path, json.dumps(report, indent=2) + "\n")
+        sys.exit(1)
+    except Exception as error:  # a bug here or in TVM: keep the whole traceback
+        report = {"kind": "internal", "message": f"{type(error).__name__}: {error}", "detail": traceback.format_exc()}
+        write_atomically(error_path, json.dumps(report, indent=2) + "\n")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

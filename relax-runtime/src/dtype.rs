@@ -1,0 +1,157 @@
+//! Element types of tensors, in TVM's naming (`float32`, `int64`, `bool`, ...).
+
+use std::fmt;
+
+use crate::sys;
+
+/// A tensor element type: DLPack's type code, bit width and vector lanes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DType {
+    pub code: u8,
+    pub bits: u8,
+    pub lanes: u16,
+}
+
+const INT: u8 = sys::DLDataTypeCode_kDLInt as u8;
+const UINT: u8 = sys::DLDataTypeCode_kDLUInt as u8;
+const FLOAT: u8 = sys::DLDataTypeCode_kDLFloat as u8;
+const BFLOAT: u8 = sys::DLDataTypeCode_kDLBfloat as u8;
+const BOOL: u8 = sys::DLDataTypeCode_kDLBool as u8;
+
+impl DType {
+    pub const F16: DType = DType::scalar(FLOAT, 16);
+    pub const F32: DType = DType::scalar(FLOAT, 32);
+    pub const F64: DType = DType::scalar(FLOAT, 64);
+    pub const BF16: DType = DType::scalar(BFLOAT, 16);
+    pub const I8: DType = DType::scalar(INT, 8);
+    pub const I16: DType = DType::scalar(INT, 16);
+    pub const I32: DType = DType::scalar(INT, 32);
+    pub const I64: DType = DType::scalar(INT, 64);
+    pub const U8: DType = DType::scalar(UINT, 8);
+    pub const U16: DType = DType::scalar(UINT, 16);
+    pub const U32: DType = DType::scalar(UINT, 32);
+    pub const U64: DType = DType::scalar(UINT, 64);
+    pub const BOOL: DType = DType::scalar(BOOL, 8);
+
+    const fn scalar(code: u8, bits: u8) -> DType {
+        DType {
+            code,
+            bits,
+            lanes: 1,
+        }
+    }
+
+    /// Parses TVM's name of a scalar type: `float32`, `int64`, `uint8`, `bool`, `bfloat16`.
+    pub fn parse(name: &str) -> Option<DType> {
+        if name == "bool" {
+            return Some(DType::BOOL);
+        }
+        let (code, bits) = [("bfloat", BFLOAT), ("float", FLOAT), ("uint", UINT), ("int", INT)]
+            .iter()
+            .find_map(|(prefix, code)| Some((*code, name.strip_prefix(prefix)?)))?;
+        let bits: u8 = bits.parse().ok()?;
+        let valid = match code {
+            FLOAT => matches!(bits, 16 | 32 | 64),
+            BFLOAT => bits == 16,
+            _ => matches!(bits, 8 | 16 | 32 | 64),
+        };
+        valid.then_some(DType::scalar(code, bits))
+    }
+
+    /// Bytes taken by one element (all lanes).
+    pub fn size_in_bytes(self) -> usize {
+        (self.bits as usize * self.lanes as usize).div_ceil(8)
+    }
+
+    pub(crate) fn to_dlpack(self) -> sys::DLDataType {
+        sys::DLDataType {
+            code: self.code,
+            bits: self.bits,
+            lanes: self.lanes,
+        }
+    }
+
+    pub(crate) fn from_dlpack(dtype: sys::DLDataType) -> Self {
+        DType {
+            code: dtype.code,
+            bits: dtype.bits,
+            lanes: dtype.lanes,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let base = match self.code {
+            BOOL => return f.write_str("bool"),
+            INT => "int",
+            UINT => "uint",
+            FLOAT => "float",
+            BFLOAT => "bfloat",
+            other => return write!(f, "dtype(code={other}, bits={}, lanes={})", self.bits, self.lanes),
+        };
+        write!(f, "{base}{}", self.bits)?;
+        if self.lanes != 1 {
+            write!(f, "x{}", self.lanes)?;
+        }
+        Ok(())
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A Rust type whose values can be tensor elements.
+///
+/// float16 and bfloat16 tensors have no Rust element type here; read their bits with
+/// [`Tensor::as_bytes`](crate::Tensor::as_bytes).
+pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
+    const DTYPE: DType;
+}
+
+macro_rules! element {
+    ($($rust:ty => $dtype:ident),* $(,)?) => {$(
+        impl sealed::Sealed for $rust {}
+        impl Element for $rust {
+            const DTYPE: DType = DType::$dtype;
+        }
+    )*};
+}
+
+element! {
+    f32 => F32, f64 => F64,
+    i8 => I8, i16 => I16, i32 => I32, i64 => I64,
+    u8 => U8, u16 => U16, u32 => U32, u64 => U64,
+    bool => BOOL,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for name in [
+            "float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8",
+            "uint16", "uint32", "uint64", "bool",
+        ] {
+            let dtype = DType::parse(name).unwrap_or_else(|| panic!("{name} should parse"));
+            assert_eq!(dtype.to_string(), name);
+        }
+    }
+
+    #[test]
+    fn rejects_unknown_names() {
+        for name in ["float", "float8", "int7", "f32", "uint", "bfloat32", ""] {
+            assert_eq!(DType::parse(name), None, "{name} should not parse");
+        }
+    }
+
+    #[test]
+    fn element_sizes() {
+        assert_eq!(DType::F32.size_in_bytes(), 4);
+        assert_eq!(DType::BOOL.size_in_bytes(), 1);
+        assert_eq!(DType::I64.size_in_bytes(), 8);
+    }
+}

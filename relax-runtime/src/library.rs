@@ -1,0 +1,252 @@
+//! Loading TVM's two runtime libraries and compiled model libraries.
+//!
+//! `libtvm_ffi.so` (the C ABI) and `libtvm_runtime.so` (which registers the Relax
+//! executable loader and the VM builtins) are loaded once per process, with
+//! `RTLD_GLOBAL` so that model libraries resolve their TVM symbols against them.
+//! Each library is searched for in, in order:
+//!
+//! 1. `RELAX_RUNTIME_DIR`, when set;
+//! 2. the folder of the running executable;
+//! 3. the folders relax-build recorded for the toolchain that compiled the model.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use crate::error::{Error, Result};
+use crate::object::{self, argument, Object, Value};
+use crate::sys;
+
+/// Environment variable naming a folder that holds both TVM runtime libraries.
+pub const RUNTIME_DIR_VARIABLE: &str = "RELAX_RUNTIME_DIR";
+
+const FFI_LIBRARY: &str = "libtvm_ffi.so";
+const RUNTIME_LIBRARY: &str = "libtvm_runtime.so";
+
+/// The loaded TVM runtime: the C ABI and the global functions relax-runtime calls.
+pub(crate) struct Runtime {
+    pub(crate) api: sys::TvmFfiLibrary,
+    _runtime_library: libloading::Library,
+    pub(crate) load_shared_library: Object,
+    pub(crate) module_get_function: Object,
+    pub(crate) array_size: Object,
+    pub(crate) array_get_item: Object,
+}
+
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+static LOADING: Mutex<()> = Mutex::new(());
+
+impl Runtime {
+    /// The runtime, loading it on first use from the folders described in the module docs.
+    ///
+    /// `recorded_dirs` are the folders relax-build recorded at build time (searched last).
+    pub(crate) fn get_or_load(recorded_dirs: &[&str]) -> Result<&'static Runtime> {
+        if let Some(runtime) = RUNTIME.get() {
+            return Ok(runtime);
+        }
+        let _guard = LOADING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(runtime) = RUNTIME.get() {
+            return Ok(runtime);
+        }
+        let dirs = search_dirs(recorded_dirs);
+        let runtime = Runtime::load(&dirs)?;
+        Ok(RUNTIME.get_or_init(|| runtime))
+    }
+
+    /// The runtime, which must already be loaded (every [`Object`] implies it is).
+    pub(crate) fn loaded() -> &'static Runtime {
+        RUNTIME
+            .get()
+            .expect("the TVM runtime is loaded before any TVM object exists")
+    }
+
+    fn load(dirs: &[PathBuf]) -> Result<Runtime> {
+        let ffi_path = find_library(FFI_LIBRARY, dirs)?;
+        let runtime_path = find_library(RUNTIME_LIBRARY, dirs)?;
+        let ffi_library = open_global(&ffi_path)?;
+        // SAFETY: libtvm_ffi.so exports the C ABI that the bindings were generated from.
+        let api = unsafe { sys::TvmFfiLibrary::from_library(ffi_library) }.map_err(|error| {
+            Error::LibraryLoad {
+                path: ffi_path.clone(),
+                message: format!("it lacks a tvm-ffi C ABI symbol ({error}); is it apache-tvm-ffi 0.1.x?"),
+            }
+        })?;
+        // libtvm_runtime.so needs libtvm_ffi.so, which the loader now finds by its soname.
+        let runtime_library = open_global(&runtime_path)?;
+        let handles = [
+            "ffi.Module.load_from_file.so",
+            "ffi.ModuleGetFunction",
+            "ffi.ArraySize",
+            "ffi.ArrayGetItem",
+        ]
+        .map(|name| global_function_handle(&api, name));
+        // Objects are made only once every lookup succeeded: dropping one needs a
+        // published runtime, and on failure the few found handles are simply leaked.
+        let [load_shared_library, module_get_function, array_size, array_get_item] =
+            handles.map(|handle| handle.map(|handle| unsafe { Object::from_owned(handle) }));
+        Ok(Runtime {
+            api,
+            _runtime_library: runtime_library,
+            load_shared_library: load_shared_library?.expect("non-null"),
+            module_get_function: module_get_function?.expect("non-null"),
+            array_size: array_size?.expect("non-null"),
+            array_get_item: array_get_item?.expect("non-null"),
+        })
+    }
+
+    /// Looks up a method of a module (`vm_load_executable`, a Relax function, ...).
+    pub(crate) fn module_function(&self, module: &Object, name: &str) -> Result<Option<Object>> {
+        let name_c = CString::new(name).expect("function names have no NUL byte");
+        let mut arguments = [
+            module.as_argument(),
+            argument::str(&name_c),
+            argument::bool(true),
+        ];
+        match object::call(&self.module_get_function, &mut arguments, || {
+            format!("looking up function `{name}`")
+        })? {
+            Value::Object(function) if function.type_index() == sys::TVMFFITypeIndex_kTVMFFIFunction => {
+                Ok(Some(function))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Loads a compiled model library from its bytes.
+    ///
+    /// On Linux the bytes go to an anonymous in-memory file (memfd) that is loaded
+    /// through `/proc/self/fd`, so nothing is written to disk.
+    pub(crate) fn load_module_from_bytes(&self, model: &str, bytes: &[u8]) -> Result<Object> {
+        let file = anonymous_file_with(model, bytes)?;
+        self.load_module_from_file(model, &file.path)
+    }
+
+    /// Loads a compiled model library from a file.
+    pub(crate) fn load_module_from_file(&self, model: &str, path: &Path) -> Result<Object> {
+        let path_c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Error::LibraryLoad {
+            path: path.to_path_buf(),
+            message: "the path contains a NUL byte".to_string(),
+        })?;
+        let mut arguments = [argument::str(&path_c), argument::str(c"so")];
+        match object::call(&self.load_shared_library, &mut arguments, || {
+            format!("loading the library of model `{model}` from {}", path.display())
+        })? {
+            Value::Object(module) => Ok(module),
+            other => Err(Error::LibraryLoad {
+                path: path.to_path_buf(),
+                message: format!("TVM returned {} instead of a module", other.describe()),
+            }),
+        }
+    }
+
+    /// The items of a tvm-ffi array (a Relax tuple).
+    pub(crate) fn array_items(&self, array: &Object) -> Result<Vec<Value>> {
+        let context = || "reading a tuple returned by a model".to_string();
+        let size = match object::call(&self.array_size, &mut [array.as_argument()], context)? {
+            Value::Int(size) => size,
+            other => {
+                return Err(Error::Tvm {
+                    kind: "TypeError".to_string(),
+                    message: format!("ffi.ArraySize returned {}", other.describe()),
+                    context: context(),
+                })
+            }
+        };
+        (0..size)
+            .map(|index| {
+                let mut arguments = [array.as_argument(), argument::int(index)];
+                object::call(&self.array_get_item, &mut arguments, context)
+            })
+            .collect()
+    }
+}
+
+/// An owned handle to a registered global function, looked up by name.
+fn global_function_handle(api: &sys::TvmFfiLibrary, name: &str) -> Result<sys::TVMFFIObjectHandle> {
+    let bytes = sys::TVMFFIByteArray {
+        data: name.as_ptr().cast(),
+        size: name.len(),
+    };
+    let mut handle: sys::TVMFFIObjectHandle = std::ptr::null_mut();
+    // SAFETY: `bytes` describes a live string; `handle` receives an owned function or null.
+    let status = unsafe { (api.TVMFFIFunctionGetGlobal)(&bytes, &mut handle) };
+    if status != 0 || handle.is_null() {
+        return Err(Error::LibraryLoad {
+            path: PathBuf::from(RUNTIME_LIBRARY),
+            message: format!(
+                "TVM's global function `{name}` is not registered; \
+                 the runtime libraries do not match apache-tvm 0.27"
+            ),
+        });
+    }
+    Ok(handle)
+}
+
+fn search_dirs(recorded_dirs: &[&str]) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(dir) = std::env::var_os(RUNTIME_DIR_VARIABLE) {
+        dirs.push(PathBuf::from(dir));
+    }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+    {
+        dirs.push(dir);
+    }
+    dirs.extend(recorded_dirs.iter().map(PathBuf::from));
+    dirs
+}
+
+fn find_library(name: &'static str, dirs: &[PathBuf]) -> Result<PathBuf> {
+    dirs.iter()
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
+        .ok_or_else(|| Error::RuntimeNotFound {
+            library: name,
+            searched: dirs.to_vec(),
+        })
+}
+
+fn open_global(path: &Path) -> Result<libloading::Library> {
+    // SAFETY: loading TVM's libraries runs their static initializers, which only register functions.
+    let library = unsafe {
+        libloading::os::unix::Library::open(
+            Some(path),
+            libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
+        )
+    }
+    .map_err(|error| Error::LibraryLoad {
+        path: path.to_path_buf(),
+        message: error.to_string(),
+    })?;
+    Ok(library.into())
+}
+
+/// A file that holds a model library while TVM loads it; closed (and gone) on drop.
+struct AnonymousFile {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+fn anonymous_file_with(model: &str, bytes: &[u8]) -> Result<AnonymousFile> {
+    use std::io::Write;
+    use std::os::fd::{AsRawFd, FromRawFd};
+
+    let name = CString::new(format!("relax-model-{model}")).expect("model names have no NUL byte");
+    // SAFETY: memfd_create takes a valid C string and flags; it returns a new fd or -1.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::Io {
+            context: format!("creating an in-memory file for model `{model}`"),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: `fd` is a new file descriptor that nothing else owns.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.write_all(bytes).map_err(|source| Error::Io {
+        context: format!("writing the library of model `{model}` to an in-memory file"),
+        source,
+    })?;
+    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    Ok(AnonymousFile { path, _file: file })
+}
