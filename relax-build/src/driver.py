@@ -115,7 +115,7 @@ def export_nn_module(module_object, inputs, source_path):
             "inputs_missing",
             "a relax.frontend.nn module needs an input spec for each method to export",
         )
-    spec = {method: {name: tensor_spec(nn, arg) for name, arg in args.items()} for method, args in inputs.items()}
+    spec = {method: {arg["name"]: tensor_spec(nn, arg) for arg in args} for method, args in inputs.items()}
     for method in spec:
         if not callable(getattr(module_object, method, None)):
             raise DriverError("inputs_method", f"the module has no method `{method}`", method)

@@ -39,8 +39,8 @@ static LOADING: Mutex<()> = Mutex::new(());
 impl Runtime {
     /// The runtime, loading it on first use from the folders described in the module docs.
     ///
-    /// `recorded_dirs` are the folders relax-build recorded at build time (searched last).
-    pub(crate) fn get_or_load(recorded_dirs: &[&str]) -> Result<&'static Runtime> {
+    /// `recorded_dirs` are the `:`-separated folders relax-build recorded at build time (searched last).
+    pub(crate) fn get_or_load(recorded_dirs: &str) -> Result<&'static Runtime> {
         if let Some(runtime) = RUNTIME.get() {
             return Ok(runtime);
         }
@@ -182,7 +182,7 @@ fn global_function_handle(api: &sys::TvmFfiLibrary, name: &str) -> Result<sys::T
     Ok(handle)
 }
 
-fn search_dirs(recorded_dirs: &[&str]) -> Vec<PathBuf> {
+fn search_dirs(recorded_dirs: &str) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(dir) = std::env::var_os(RUNTIME_DIR_VARIABLE) {
         dirs.push(PathBuf::from(dir));
@@ -193,7 +193,7 @@ fn search_dirs(recorded_dirs: &[&str]) -> Vec<PathBuf> {
     {
         dirs.push(dir);
     }
-    dirs.extend(recorded_dirs.iter().map(PathBuf::from));
+    dirs.extend(recorded_dirs.split(':').filter(|dir| !dir.is_empty()).map(PathBuf::from));
     dirs
 }
 

@@ -12,8 +12,9 @@ use crate::tensor::Tensor;
 pub struct ModelSignature {
     pub name: &'static str,
     pub functions: &'static [FunctionSignature],
-    /// Folders holding `libtvm_ffi.so` / `libtvm_runtime.so` on the build machine (searched last).
-    pub runtime_library_dirs: &'static [&'static str],
+    /// `:`-separated folders that held `libtvm_ffi.so` / `libtvm_runtime.so` on the
+    /// build machine (searched last).
+    pub runtime_library_dirs: &'static str,
 }
 
 /// One Relax function of a model.

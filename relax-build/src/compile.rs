@@ -1,0 +1,297 @@
+//! Compiling one model: run the driver, check its weights, collect the artifacts.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::{io, Error, Result};
+use crate::metadata::{Model, SpecDim};
+use crate::signature::{format_shape, Dim, Signature};
+use crate::toolchain::Toolchain;
+
+/// The compile driver, shipped inside the crate.
+pub const DRIVER_SOURCE: &str = include_str!("driver.py");
+
+/// What compiling a model produced, under `$OUT_DIR/relax/<model>/`.
+#[derive(Debug, Clone)]
+pub struct CompiledModel {
+    pub name: String,
+    pub library: PathBuf,
+    pub weights: Option<PathBuf>,
+    pub signature: Signature,
+}
+
+/// The driver's report of a failure.
+#[derive(Debug, Deserialize)]
+struct DriverError {
+    kind: String,
+    message: String,
+    #[serde(default)]
+    detail: String,
+}
+
+/// Compiles `model` for `target` into `model_dir` with the toolchain's Python.
+pub fn compile(
+    model: &Model,
+    toolchain: &Toolchain,
+    target: &serde_json::Value,
+    driver: &Path,
+    model_dir: &Path,
+) -> Result<CompiledModel> {
+    std::fs::create_dir_all(model_dir).map_err(io(format!("creating {}", model_dir.display())))?;
+    let library_name = format!("{}.so", model.name);
+    let request = json!({
+        "model": model.name,
+        "source": model.source,
+        "entry": model.entry,
+        "inputs": inputs_json(model),
+        "target": target,
+        "pipeline": model.pipeline.as_str(),
+        "output_dir": model_dir,
+        "library_name": library_name,
+    });
+    let request_path = model_dir.join("request.json");
+    write_atomically(&request_path, request.to_string().as_bytes())?;
+
+    let output = Command::new(&toolchain.python)
+        .arg(driver)
+        .arg(&request_path)
+        .output()
+        .map_err(|error| Error::Toolchain {
+            message: format!("cannot run {}: {error}", toolchain.python.display()),
+        })?;
+    if !output.status.success() {
+        return Err(driver_failure(model, model_dir, &output));
+    }
+    let signature_path = model_dir.join("signature.json");
+    let signature: Signature = serde_json::from_slice(
+        &std::fs::read(&signature_path).map_err(io(format!("reading {}", signature_path.display())))?,
+    )
+    .map_err(|error| Error::Model {
+        model: model.name.clone(),
+        key: None,
+        message: format!("the driver wrote an unreadable signature ({error})"),
+        detail: String::new(),
+    })?;
+    let weights = copy_weights(model, &signature, model_dir)?;
+    Ok(CompiledModel {
+        name: model.name.clone(),
+        library: model_dir.join(library_name),
+        weights,
+        signature,
+    })
+}
+
+/// The inputs as an ordered list the driver turns into an nn export spec.
+fn inputs_json(model: &Model) -> serde_json::Value {
+    if model.inputs.is_empty() {
+        return serde_json::Value::Null;
+    }
+    let methods: serde_json::Map<String, serde_json::Value> = model
+        .inputs
+        .iter()
+        .map(|method| {
+            let arguments: Vec<serde_json::Value> = method
+                .arguments
+                .iter()
+                .map(|(name, spec)| {
+                    let shape: Vec<serde_json::Value> = spec
+                        .shape
+                        .iter()
+                        .map(|dim| match dim {
+                            SpecDim::Static(size) => json!(size),
+                            SpecDim::Symbolic(name) => json!(name),
+                        })
+                        .collect();
+                    json!({"name": name, "dtype": spec.dtype, "shape": shape})
+                })
+                .collect();
+            (method.method.clone(), json!(arguments))
+        })
+        .collect();
+    serde_json::Value::Object(methods)
+}
+
+/// Turns the driver's `error.json` (or its stderr, if it crashed) into an error on the right key.
+fn driver_failure(model: &Model, model_dir: &Path, output: &std::process::Output) -> Error {
+    let report = std::fs::read(model_dir.join("error.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<DriverError>(&bytes).ok());
+    let Some(report) = report else {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Error::Model {
+            model: model.name.clone(),
+            key: None,
+            message: format!("the compile driver crashed ({})", output.status),
+            detail: stderr.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"),
+        };
+    };
+    let source = model.source.display();
+    let (key, message) = match report.kind.as_str() {
+        "source" | "source_exception" => (
+            Some(model.key("source")),
+            format!("running {source} raised {}", report.message),
+        ),
+        "entry_missing" | "entry_type" | "entry_construct" => {
+            let expected = "expected a relax.frontend.nn.Module subclass, a TVMScript IRModule, \
+                            or a function returning an IRModule";
+            let message = match report.kind.as_str() {
+                "entry_type" => format!("`{}` in {source} cannot be compiled: {}; {expected}", model.entry, report.message),
+                _ => format!("{}; set `entry` to the attribute to compile", report.message),
+            };
+            (Some(model.key("entry")), message)
+        }
+        "inputs_missing" => (
+            Some(model.key("inputs")),
+            format!(
+                "{}; add e.g. [{}.forward] with x = \"float32[batch, 64]\"",
+                report.message,
+                model.key("inputs")
+            ),
+        ),
+        "inputs_method" => (
+            Some(model.key(&format!("inputs.{}", report.detail))),
+            format!("{}; name a method of `{}`", report.message, model.entry),
+        ),
+        "export" => (
+            Some(model.key("inputs")),
+            format!("exporting `{}` with these inputs failed: {}", model.entry, report.message),
+        ),
+        "tvm_version" => (None, format!("{}; unset RELAX_PYTHON or install the supported version", report.message)),
+        _ => (None, format!("{} failed: {}", report.kind, report.message)),
+    };
+    let detail = if report.kind == "inputs_method" { String::new() } else { report.detail };
+    Error::Model {
+        model: model.name.clone(),
+        key,
+        message,
+        detail,
+    }
+}
+
+/// Checks the manifest's safetensors file against the weights the functions take,
+/// and copies it next to the library.
+fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Result<Option<PathBuf>> {
+    let mut wanted = Vec::new();
+    for function in &signature.functions {
+        for weight in &function.weights {
+            if !wanted.iter().any(|known: &&crate::signature::TensorType| known.name == weight.name) {
+                wanted.push(weight);
+            }
+        }
+    }
+    let error = |message: String| Error::Model {
+        model: model.name.clone(),
+        key: Some(model.key("weights")),
+        message,
+        detail: String::new(),
+    };
+    let Some(weights_path) = &model.weights else {
+        if wanted.is_empty() {
+            return Ok(None);
+        }
+        return Err(error(format!(
+            "missing: `{}` takes {} weight(s) ({}); set weights = \"<file>.safetensors\" holding them by name",
+            model.entry,
+            wanted.len(),
+            preview(wanted.iter().map(|weight| weight.name.as_str()))
+        )));
+    };
+    if wanted.is_empty() {
+        return Err(error(format!(
+            "{} is given, but `{}` takes no weights; remove the key",
+            weights_path.display(),
+            model.entry
+        )));
+    }
+    let bytes = std::fs::read(weights_path).map_err(io(format!("reading {}", weights_path.display())))?;
+    let file = safetensors::SafeTensors::deserialize(&bytes)
+        .map_err(|cause| error(format!("{} is not a valid safetensors file: {cause}", weights_path.display())))?;
+    for weight in &wanted {
+        let view = file.tensor(&weight.name).map_err(|_| {
+            error(format!(
+                "{} has no tensor `{}` (it has: {})",
+                weights_path.display(),
+                weight.name,
+                preview(file.names().into_iter().map(String::as_str))
+            ))
+        })?;
+        let found_dtype = safetensors_dtype_name(view.dtype());
+        let shape_matches = view.shape().len() == weight.shape.len()
+            && weight
+                .shape
+                .iter()
+                .zip(view.shape())
+                .all(|(dim, &size)| !matches!(dim, Dim::Static(expected) if *expected != size as i64));
+        if found_dtype != weight.dtype || !shape_matches {
+            return Err(error(format!(
+                "tensor `{}` in {} is {found_dtype}{:?}, but the model expects {}{}",
+                weight.name,
+                weights_path.display(),
+                view.shape(),
+                weight.dtype,
+                format_shape(&weight.shape)
+            )));
+        }
+    }
+    let unused: Vec<&str> = file
+        .names()
+        .into_iter()
+        .map(String::as_str)
+        .filter(|name| !wanted.iter().any(|weight| weight.name == *name))
+        .collect();
+    if !unused.is_empty() {
+        crate::cargo::warning(&format!(
+            "relax-build: model `{}`: {} has tensors the model does not use: {}",
+            model.name,
+            weights_path.display(),
+            preview(unused.into_iter())
+        ));
+    }
+    let destination = model_dir.join("weights.safetensors");
+    write_atomically(&destination, &bytes)?;
+    Ok(Some(destination))
+}
+
+fn safetensors_dtype_name(dtype: safetensors::Dtype) -> String {
+    use safetensors::Dtype;
+    match dtype {
+        Dtype::BOOL => "bool",
+        Dtype::U8 => "uint8",
+        Dtype::I8 => "int8",
+        Dtype::I16 => "int16",
+        Dtype::U16 => "uint16",
+        Dtype::F16 => "float16",
+        Dtype::BF16 => "bfloat16",
+        Dtype::I32 => "int32",
+        Dtype::U32 => "uint32",
+        Dtype::F32 => "float32",
+        Dtype::F64 => "float64",
+        Dtype::I64 => "int64",
+        Dtype::U64 => "uint64",
+        other => return format!("{other:?}"),
+    }
+    .to_string()
+}
+
+/// The first few names, then a count of the rest.
+fn preview<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.collect();
+    let shown = names.iter().take(6).copied().collect::<Vec<_>>().join(", ");
+    match names.len() {
+        count if count > 6 => format!("{shown}, and {} more", count - 6),
+        _ => shown,
+    }
+}
+
+/// Writes a file under a temporary name in the same folder, then renames it into place.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let temporary = path.with_extension(format!(
+        "{}.tmp",
+        path.extension().and_then(|ext| ext.to_str()).unwrap_or("")
+    ));
+    std::fs::write(&temporary, bytes).map_err(io(format!("writing {}", temporary.display())))?;
+    std::fs::rename(&temporary, path).map_err(io(format!("renaming {} into place", path.display())))
+}

@@ -1,0 +1,91 @@
+//! The one error type of relax-build.
+
+use std::path::PathBuf;
+
+/// Why compiling the models of a package failed.
+///
+/// Messages name the model, the manifest key (`package.metadata.relax.models.<name>.<key>`)
+/// or the file, what was expected, and what to do.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// `Cargo.toml` could not be read or parsed.
+    Manifest { path: PathBuf, message: String },
+    /// A key of `[package.metadata.relax]` is missing or wrong.
+    ManifestKey {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+    /// A model failed in the compile driver (import, export, compile).
+    Model {
+        model: String,
+        key: Option<String>,
+        message: String,
+        detail: String,
+    },
+    /// No usable Python with the pinned TVM was found, and none could be provisioned.
+    Toolchain { message: String },
+    /// A required environment variable is missing (relax-build runs outside a build script).
+    MissingEnv { variable: &'static str, hint: &'static str },
+    /// The Cargo target has no TVM target mapping.
+    UnsupportedTarget { target: String, message: String },
+    /// Reading or writing a file failed.
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+}
+
+/// `Result` with relax-build's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Manifest { path, message } => write!(f, "{}: {message}", path.display()),
+            Error::ManifestKey { path, key, message } => {
+                write!(f, "{}: `{key}`: {message}", path.display())
+            }
+            Error::Model {
+                model,
+                key,
+                message,
+                detail,
+            } => {
+                write!(f, "model `{model}`")?;
+                if let Some(key) = key {
+                    write!(f, " (`{key}`)")?;
+                }
+                write!(f, ": {message}")?;
+                if !detail.is_empty() {
+                    write!(f, "\n{detail}")?;
+                }
+                Ok(())
+            }
+            Error::Toolchain { message } => f.write_str(message),
+            Error::MissingEnv { variable, hint } => {
+                write!(f, "environment variable {variable} is not set; {hint}")
+            }
+            Error::UnsupportedTarget { target, message } => {
+                write!(f, "Cargo target `{target}`: {message}")
+            }
+            Error::Io { context, source } => write!(f, "{context}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Wraps an I/O error with what was being done.
+pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let context = context.into();
+    move |source| Error::Io { context, source }
+}

@@ -1,0 +1,132 @@
+//! Cargo target -> TVM target dict.
+//!
+//! TVM 0.27 takes targets only as JSON dicts. The dict is derived from Cargo's `TARGET`
+//! (never the host) and the rustflags of the build:
+//!
+//! | Cargo | TVM |
+//! |---|---|
+//! | `x86_64-unknown-linux-gnu` | `{"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"}` |
+//! | `aarch64-unknown-linux-gnu` | `{"kind": "llvm", "mtriple": "aarch64-unknown-linux-gnu", "mattr": ["+neon"]}` |
+//! | `-C target-cpu=NAME` | `"mcpu": "NAME"` (`native`: the build machine's CPU, as LLVM names it) |
+//! | `-C target-feature=+a,-b` | appended to `"mattr"` |
+//!
+//! Like rustc, relax-build compiles for the target's baseline CPU unless told
+//! otherwise, so a binary runs on every machine of its target; pass
+//! `-C target-cpu=native` (e.g. `RUSTFLAGS="-C target-cpu=native"`) to tune the model
+//! code for the build machine as well.
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+
+/// Cargo targets relax-build knows how to compile for.
+pub const SUPPORTED_TARGETS: &[&str] = &["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"];
+
+/// The TVM target dict for a Cargo target, given the build's rustflags.
+///
+/// `rustflags` is `CARGO_ENCODED_RUSTFLAGS` split on its `\x1f` separators.
+pub fn tvm_target(cargo_target: &str, host: &str, rustflags: &[String]) -> Result<Value> {
+    let mut attributes: Vec<String> = match cargo_target {
+        "x86_64-unknown-linux-gnu" => Vec::new(),
+        "aarch64-unknown-linux-gnu" => vec!["+neon".to_string()],
+        _ => {
+            return Err(Error::UnsupportedTarget {
+                target: cargo_target.to_string(),
+                message: format!(
+                    "relax-build has no TVM target for it; supported: {}",
+                    SUPPORTED_TARGETS.join(", ")
+                ),
+            })
+        }
+    };
+    let codegen = codegen_options(rustflags);
+    let mut target = Map::new();
+    target.insert("kind".into(), json!("llvm"));
+    target.insert("mtriple".into(), json!(cargo_target));
+    if let Some(cpu) = codegen.iter().rev().find_map(|(key, value)| (key == "target-cpu").then_some(value)) {
+        if cpu == "native" && cargo_target != host {
+            return Err(Error::UnsupportedTarget {
+                target: cargo_target.to_string(),
+                message: format!("-C target-cpu=native names the build machine ({host}), not the target; name the target's CPU instead"),
+            });
+        }
+        target.insert("mcpu".into(), json!(cpu));
+    }
+    for (key, value) in &codegen {
+        if key == "target-feature" {
+            attributes.extend(value.split(',').filter(|feature| !feature.is_empty()).map(str::to_string));
+        }
+    }
+    if !attributes.is_empty() {
+        target.insert("mattr".into(), json!(attributes));
+    }
+    Ok(Value::Object(target))
+}
+
+/// `-C key=value` / `-Ckey=value` / `--codegen key=value` pairs of the rustflags.
+fn codegen_options(rustflags: &[String]) -> Vec<(String, String)> {
+    let mut options = Vec::new();
+    let mut flags = rustflags.iter();
+    while let Some(flag) = flags.next() {
+        let option = if flag == "-C" || flag == "--codegen" {
+            flags.next().cloned()
+        } else {
+            flag.strip_prefix("-C").or_else(|| flag.strip_prefix("--codegen=")).map(str::to_string)
+        };
+        if let Some((key, value)) = option.as_deref().and_then(|option| option.split_once('=')) {
+            options.push((key.to_string(), value.to_string()));
+        }
+    }
+    options
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOST: &str = "x86_64-unknown-linux-gnu";
+
+    fn flags(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn host_target_without_flags_is_the_baseline() {
+        let target = tvm_target(HOST, HOST, &[]).unwrap();
+        assert_eq!(target, json!({"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"}));
+    }
+
+    #[test]
+    fn aarch64_gets_neon() {
+        let target = tvm_target("aarch64-unknown-linux-gnu", HOST, &[]).unwrap();
+        assert_eq!(
+            target,
+            json!({"kind": "llvm", "mtriple": "aarch64-unknown-linux-gnu", "mattr": ["+neon"]})
+        );
+    }
+
+    #[test]
+    fn target_cpu_and_features_come_from_rustflags() {
+        let target = tvm_target(HOST, HOST, &flags("-C target-cpu=skylake -Ctarget-feature=+avx2,+fma")).unwrap();
+        assert_eq!(
+            target,
+            json!({"kind": "llvm", "mtriple": HOST, "mcpu": "skylake", "mattr": ["+avx2", "+fma"]})
+        );
+    }
+
+    #[test]
+    fn native_cpu_is_refused_for_a_cross_target() {
+        let error = tvm_target("aarch64-unknown-linux-gnu", HOST, &flags("-C target-cpu=native")).unwrap_err();
+        assert!(error.to_string().contains("names the build machine"), "{error}");
+    }
+
+    #[test]
+    fn unknown_target_lists_the_supported_ones() {
+        let error = tvm_target("riscv64gc-unknown-linux-gnu", HOST, &[]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "Cargo target `riscv64gc-unknown-linux-gnu`: relax-build has no TVM target for it; \
+             supported: x86_64-unknown-linux-gnu, aarch64-unknown-linux-gnu"
+        );
+    }
+}
