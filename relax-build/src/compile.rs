@@ -67,7 +67,8 @@ pub fn compile(
     }
     let signature_path = model_dir.join("signature.json");
     let signature: Signature = serde_json::from_slice(
-        &std::fs::read(&signature_path).map_err(io(format!("reading {}", signature_path.display())))?,
+        &std::fs::read(&signature_path)
+            .map_err(io(format!("reading {}", signature_path.display())))?,
     )
     .map_err(|error| Error::Model {
         model: model.name.clone(),
@@ -125,7 +126,15 @@ fn driver_failure(model: &Model, model_dir: &Path, output: &std::process::Output
             model: model.name.clone(),
             key: None,
             message: format!("the compile driver crashed ({})", output.status),
-            detail: stderr.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"),
+            detail: stderr
+                .lines()
+                .rev()
+                .take(30)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n"),
         };
     };
     let source = model.source.display();
@@ -138,8 +147,14 @@ fn driver_failure(model: &Model, model_dir: &Path, output: &std::process::Output
             let expected = "expected a relax.frontend.nn.Module subclass, a TVMScript IRModule, \
                             or a function returning an IRModule";
             let message = match report.kind.as_str() {
-                "entry_type" => format!("`{}` in {source} cannot be compiled: {}; {expected}", model.entry, report.message),
-                _ => format!("{}; set `entry` to the attribute to compile", report.message),
+                "entry_type" => format!(
+                    "`{}` in {source} cannot be compiled: {}; {expected}",
+                    model.entry, report.message
+                ),
+                _ => format!(
+                    "{}; set `entry` to the attribute to compile",
+                    report.message
+                ),
             };
             (Some(model.key("entry")), message)
         }
@@ -157,12 +172,25 @@ fn driver_failure(model: &Model, model_dir: &Path, output: &std::process::Output
         ),
         "export" => (
             Some(model.key("inputs")),
-            format!("exporting `{}` with these inputs failed: {}", model.entry, report.message),
+            format!(
+                "exporting `{}` with these inputs failed: {}",
+                model.entry, report.message
+            ),
         ),
-        "tvm_version" => (None, format!("{}; unset RELAX_PYTHON or install the supported version", report.message)),
+        "tvm_version" => (
+            None,
+            format!(
+                "{}; unset RELAX_PYTHON or install the supported version",
+                report.message
+            ),
+        ),
         _ => (None, format!("{} failed: {}", report.kind, report.message)),
     };
-    let detail = if report.kind == "inputs_method" { String::new() } else { report.detail };
+    let detail = if report.kind == "inputs_method" {
+        String::new()
+    } else {
+        report.detail
+    };
     Error::Model {
         model: model.name.clone(),
         key,
@@ -177,7 +205,10 @@ fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Resul
     let mut wanted = Vec::new();
     for function in &signature.functions {
         for weight in &function.weights {
-            if !wanted.iter().any(|known: &&crate::signature::TensorType| known.name == weight.name) {
+            if !wanted
+                .iter()
+                .any(|known: &&crate::signature::TensorType| known.name == weight.name)
+            {
                 wanted.push(weight);
             }
         }
@@ -206,9 +237,14 @@ fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Resul
             model.entry
         )));
     }
-    let bytes = std::fs::read(weights_path).map_err(io(format!("reading {}", weights_path.display())))?;
-    let file = safetensors::SafeTensors::deserialize(&bytes)
-        .map_err(|cause| error(format!("{} is not a valid safetensors file: {cause}", weights_path.display())))?;
+    let bytes =
+        std::fs::read(weights_path).map_err(io(format!("reading {}", weights_path.display())))?;
+    let file = safetensors::SafeTensors::deserialize(&bytes).map_err(|cause| {
+        error(format!(
+            "{} is not a valid safetensors file: {cause}",
+            weights_path.display()
+        ))
+    })?;
     for weight in &wanted {
         let view = file.tensor(&weight.name).map_err(|_| {
             error(format!(
@@ -220,11 +256,9 @@ fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Resul
         })?;
         let found_dtype = safetensors_dtype_name(view.dtype());
         let shape_matches = view.shape().len() == weight.shape.len()
-            && weight
-                .shape
-                .iter()
-                .zip(view.shape())
-                .all(|(dim, &size)| !matches!(dim, Dim::Static(expected) if *expected != size as i64));
+            && weight.shape.iter().zip(view.shape()).all(
+                |(dim, &size)| !matches!(dim, Dim::Static(expected) if *expected != size as i64),
+            );
         if found_dtype != weight.dtype || !shape_matches {
             return Err(error(format!(
                 "tensor `{}` in {} is {found_dtype}{:?}, but the model expects {}{}",

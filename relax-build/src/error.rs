@@ -27,7 +27,10 @@ pub enum Error {
     /// No usable Python with the pinned TVM was found, and none could be provisioned.
     Toolchain { message: String },
     /// A required environment variable is missing (relax-build runs outside a build script).
-    MissingEnv { variable: &'static str, hint: &'static str },
+    MissingEnv {
+        variable: &'static str,
+        hint: &'static str,
+    },
     /// The Cargo target has no TVM target mapping.
     UnsupportedTarget { target: String, message: String },
     /// Reading or writing a file failed.

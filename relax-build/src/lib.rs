@@ -25,9 +25,10 @@
 //! 2. Compile the models from `build.rs`:
 //!
 //! ```no_run
-//! fn main() {
-//!     relax_build::compile_models();
-//! }
+//! // build.rs
+//! # fn main() {
+//! relax_build::compile_models();
+//! # }
 //! ```
 //!
 //! 3. Include the generated module with `relax_runtime::include_model!("digits")` and
@@ -174,26 +175,41 @@ impl Config {
         if target != host {
             return Err(Error::UnsupportedTarget {
                 target,
-                message: format!("cross-compiling models from {host} is not supported yet; build for the host"),
+                message: format!(
+                    "cross-compiling models from {host} is not supported yet; build for the host"
+                ),
             });
         }
         let tvm_target = target::tvm_target(&target, &host, &rustflags())?;
         let toolchain = toolchain::find_or_provision()?;
 
         let relax_dir = out_dir.join("relax");
-        std::fs::create_dir_all(&relax_dir).map_err(io(format!("creating {}", relax_dir.display())))?;
+        std::fs::create_dir_all(&relax_dir)
+            .map_err(io(format!("creating {}", relax_dir.display())))?;
         let driver = relax_dir.join("driver.py");
         compile::write_atomically(&driver, compile::DRIVER_SOURCE.as_bytes())?;
 
         let mut compiled = Vec::new();
         for model in &metadata.models {
-            let artifacts = compile::compile(model, &toolchain, &tvm_target, &driver, &relax_dir.join(&model.name))?;
+            let artifacts = compile::compile(
+                model,
+                &toolchain,
+                &tvm_target,
+                &driver,
+                &relax_dir.join(&model.name),
+            )?;
             let relative = |path: &Path| -> String {
-                path.strip_prefix(&out_dir).unwrap_or(path).to_string_lossy().into_owned()
+                path.strip_prefix(&out_dir)
+                    .unwrap_or(path)
+                    .to_string_lossy()
+                    .into_owned()
             };
             let library = relative(&artifacts.library);
             let weights = artifacts.weights.as_deref().map(relative);
-            let source = model.source.strip_prefix(&manifest_dir).unwrap_or(&model.source);
+            let source = model
+                .source
+                .strip_prefix(&manifest_dir)
+                .unwrap_or(&model.source);
             let origin = format!("`{}`, entry `{}`", source.display(), model.entry);
             let code = codegen::generate(
                 &artifacts.signature,
@@ -203,7 +219,10 @@ impl Config {
                     weights: weights.as_deref(),
                 },
             )?;
-            compile::write_atomically(&relax_dir.join(format!("{}.rs", model.name)), code.as_bytes())?;
+            compile::write_atomically(
+                &relax_dir.join(format!("{}.rs", model.name)),
+                code.as_bytes(),
+            )?;
             compiled.push(artifacts);
         }
         let runtime_dirs: Vec<String> = toolchain
@@ -226,6 +245,12 @@ impl Config {
 /// The build's rustflags (`CARGO_ENCODED_RUSTFLAGS`, separated by `\x1f`).
 fn rustflags() -> Vec<String> {
     std::env::var("CARGO_ENCODED_RUSTFLAGS")
-        .map(|flags| flags.split('\x1f').filter(|flag| !flag.is_empty()).map(str::to_string).collect())
+        .map(|flags| {
+            flags
+                .split('\x1f')
+                .filter(|flag| !flag.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default()
 }

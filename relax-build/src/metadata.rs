@@ -87,8 +87,8 @@ impl Pipeline {
 
 /// Dtypes a model input may have.
 pub const DTYPES: &[&str] = &[
-    "float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "uint16",
-    "uint32", "uint64", "bool",
+    "float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8",
+    "uint16", "uint32", "uint64", "bool",
 ];
 
 #[derive(Debug, Deserialize)]
@@ -153,7 +153,13 @@ pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Me
             ));
         }
         let raw: RawModel = deserialize(value, &model_key, &key_error)?;
-        models.push(validate_model(name, raw, manifest_dir, &model_key, &key_error)?);
+        models.push(validate_model(
+            name,
+            raw,
+            manifest_dir,
+            &model_key,
+            &key_error,
+        )?);
     }
     Ok(Metadata { models })
 }
@@ -170,8 +176,45 @@ fn deserialize<T: serde::de::DeserializeOwned>(
         } else {
             format!("{key}.{inner}")
         };
-        key_error(path, error.into_inner().to_string())
+        key_error(path, with_suggestion(error.into_inner().to_string()))
     })
+}
+
+/// Adds "did you mean `x`?" to serde's "unknown field `y`, expected one of ..." message.
+fn with_suggestion(message: String) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message;
+    };
+    let Some((unknown, expected)) = rest.split_once('`') else {
+        return message;
+    };
+    let closest = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|candidate| (edit_distance(unknown, candidate), candidate))
+        .min();
+    match closest {
+        Some((distance, candidate)) if distance <= 2 => {
+            format!("{message}; did you mean `{candidate}`?")
+        }
+        _ => message,
+    }
+}
+
+/// Levenshtein distance between two short strings.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
 }
 
 fn validate_model(
@@ -194,7 +237,10 @@ fn validate_model(
     if !source_path.is_file() {
         return Err(key_error(
             key("source"),
-            format!("file `{source}` not found (looked for {})", source_path.display()),
+            format!(
+                "file `{source}` not found (looked for {})",
+                source_path.display()
+            ),
         ));
     }
     if source_path.extension().and_then(|ext| ext.to_str()) != Some("py") {
@@ -249,7 +295,8 @@ fn validate_model(
                     format!("expected a string like \"float32[batch, 64]\", found {spec}"),
                 ));
             };
-            let spec = parse_tensor_spec(&spec).map_err(|message| key_error(argument_key, message))?;
+            let spec =
+                parse_tensor_spec(&spec).map_err(|message| key_error(argument_key, message))?;
             parsed.push((argument, spec));
         }
         inputs.push(MethodInputs {
@@ -308,7 +355,9 @@ pub fn parse_tensor_spec(text: &str) -> std::result::Result<TensorSpec, String> 
 /// A symbolic dim's name: `[A-Za-z_][A-Za-z0-9_]*`.
 fn is_dim_name(name: &str) -> bool {
     let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -322,10 +371,105 @@ fn is_identifier(name: &str) -> bool {
 fn suggest_identifier(name: &str) -> String {
     let mut suggestion: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
         .collect();
     if !suggestion.starts_with(|c: char| c.is_ascii_lowercase()) {
         suggestion.insert(0, 'm');
     }
     suggestion
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_manifest(text: &str) -> Result<Metadata> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        parse(text, dir, &dir.join("Cargo.toml"))
+    }
+
+    #[test]
+    fn tensor_specs_parse_static_and_symbolic_dims() {
+        let spec = parse_tensor_spec("float32[batch, 64]").unwrap();
+        assert_eq!(spec.dtype, "float32");
+        assert_eq!(
+            spec.shape,
+            vec![SpecDim::Symbolic("batch".to_string()), SpecDim::Static(64)]
+        );
+        assert_eq!(parse_tensor_spec("int64[]").unwrap().shape, Vec::new());
+    }
+
+    #[test]
+    fn tensor_spec_errors_say_what_is_wrong() {
+        assert!(parse_tensor_spec("float32")
+            .unwrap_err()
+            .contains("(no `[`)"));
+        assert!(parse_tensor_spec("float32[1, 2")
+            .unwrap_err()
+            .contains("(no closing `]`)"));
+        assert!(parse_tensor_spec("float32[1, 2x]")
+            .unwrap_err()
+            .contains("dim `2x` is neither a size nor a name"));
+        assert!(parse_tensor_spec("f32[1]")
+            .unwrap_err()
+            .contains("unknown dtype `f32`"));
+    }
+
+    #[test]
+    fn a_package_without_relax_metadata_has_no_models() {
+        let metadata = parse_manifest("[package]\nname = \"app\"\n").unwrap();
+        assert!(metadata.models.is_empty());
+    }
+
+    #[test]
+    fn model_names_must_be_rust_identifiers() {
+        let error =
+            parse_manifest("[package.metadata.relax.models.My-Model]\nsource = \"src/lib.rs\"\n")
+                .unwrap_err();
+        assert!(
+            error.to_string().contains(
+                "`package.metadata.relax.models.My-Model`: `My-Model` is not a valid model name"
+            ),
+            "{error}"
+        );
+        assert!(error.to_string().contains("(e.g. `my_model`)"), "{error}");
+    }
+
+    #[test]
+    fn unknown_keys_get_a_suggestion() {
+        let error =
+            parse_manifest("[package.metadata.relax.models.m]\nentyr = \"M\"\n").unwrap_err();
+        assert!(
+            error.to_string().contains("unknown field `entyr`"),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("did you mean `entry`?"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_at_the_top_are_errors_too() {
+        let error = parse_manifest("[package.metadata.relax]\nmodel = {}\n").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("`package.metadata.relax.model`: unknown field `model`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn edit_distance_counts_single_edits() {
+        assert_eq!(edit_distance("input", "inputs"), 1);
+        assert_eq!(edit_distance("sorce", "source"), 1);
+        assert_eq!(edit_distance("abc", "abc"), 0);
+    }
 }

@@ -49,5 +49,12 @@ impl std::fmt::Display for Dim {
 
 /// Formats dims as `[batch, 64]`.
 pub fn format_shape(shape: &[Dim]) -> String {
-    format!("[{}]", shape.iter().map(Dim::to_string).collect::<Vec<_>>().join(", "))
+    format!(
+        "[{}]",
+        shape
+            .iter()
+            .map(Dim::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }

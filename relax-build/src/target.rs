@@ -43,7 +43,11 @@ pub fn tvm_target(cargo_target: &str, host: &str, rustflags: &[String]) -> Resul
     let mut target = Map::new();
     target.insert("kind".into(), json!("llvm"));
     target.insert("mtriple".into(), json!(cargo_target));
-    if let Some(cpu) = codegen.iter().rev().find_map(|(key, value)| (key == "target-cpu").then_some(value)) {
+    if let Some(cpu) = codegen
+        .iter()
+        .rev()
+        .find_map(|(key, value)| (key == "target-cpu").then_some(value))
+    {
         if cpu == "native" && cargo_target != host {
             return Err(Error::UnsupportedTarget {
                 target: cargo_target.to_string(),
@@ -54,7 +58,12 @@ pub fn tvm_target(cargo_target: &str, host: &str, rustflags: &[String]) -> Resul
     }
     for (key, value) in &codegen {
         if key == "target-feature" {
-            attributes.extend(value.split(',').filter(|feature| !feature.is_empty()).map(str::to_string));
+            attributes.extend(
+                value
+                    .split(',')
+                    .filter(|feature| !feature.is_empty())
+                    .map(str::to_string),
+            );
         }
     }
     if !attributes.is_empty() {
@@ -71,7 +80,9 @@ fn codegen_options(rustflags: &[String]) -> Vec<(String, String)> {
         let option = if flag == "-C" || flag == "--codegen" {
             flags.next().cloned()
         } else {
-            flag.strip_prefix("-C").or_else(|| flag.strip_prefix("--codegen=")).map(str::to_string)
+            flag.strip_prefix("-C")
+                .or_else(|| flag.strip_prefix("--codegen="))
+                .map(str::to_string)
         };
         if let Some((key, value)) = option.as_deref().and_then(|option| option.split_once('=')) {
             options.push((key.to_string(), value.to_string()));
@@ -93,7 +104,10 @@ mod tests {
     #[test]
     fn host_target_without_flags_is_the_baseline() {
         let target = tvm_target(HOST, HOST, &[]).unwrap();
-        assert_eq!(target, json!({"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"}));
+        assert_eq!(
+            target,
+            json!({"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"})
+        );
     }
 
     #[test]
@@ -107,7 +121,12 @@ mod tests {
 
     #[test]
     fn target_cpu_and_features_come_from_rustflags() {
-        let target = tvm_target(HOST, HOST, &flags("-C target-cpu=skylake -Ctarget-feature=+avx2,+fma")).unwrap();
+        let target = tvm_target(
+            HOST,
+            HOST,
+            &flags("-C target-cpu=skylake -Ctarget-feature=+avx2,+fma"),
+        )
+        .unwrap();
         assert_eq!(
             target,
             json!({"kind": "llvm", "mtriple": HOST, "mcpu": "skylake", "mattr": ["+avx2", "+fma"]})
@@ -116,8 +135,16 @@ mod tests {
 
     #[test]
     fn native_cpu_is_refused_for_a_cross_target() {
-        let error = tvm_target("aarch64-unknown-linux-gnu", HOST, &flags("-C target-cpu=native")).unwrap_err();
-        assert!(error.to_string().contains("names the build machine"), "{error}");
+        let error = tvm_target(
+            "aarch64-unknown-linux-gnu",
+            HOST,
+            &flags("-C target-cpu=native"),
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("names the build machine"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -172,13 +172,16 @@ fn provision(dir: &Path) -> Result<()> {
             "relax-build: another build is provisioning the TVM toolchain; waiting for {}",
             lock_path.display()
         ));
-        lock.lock().map_err(io(format!("locking {}", lock_path.display())))?;
+        lock.lock()
+            .map_err(io(format!("locking {}", lock_path.display())))?;
     }
     if dir.join(COMPLETE_MARKER).is_file() {
         return Ok(());
     }
     if dir.exists() {
-        cargo::warning("relax-build: removing a half-made toolchain left by an interrupted install");
+        cargo::warning(
+            "relax-build: removing a half-made toolchain left by an interrupted install",
+        );
         std::fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
     }
     let bootstrap = env::var(env::BOOTSTRAP_PYTHON).unwrap_or_else(|| "python3".into());
@@ -188,21 +191,35 @@ fn provision(dir: &Path) -> Result<()> {
     ));
     run(
         Command::new(&bootstrap).arg("-m").arg("venv").arg(dir),
-        &format!("`{} -m venv {}`", bootstrap.to_string_lossy(), dir.display()),
+        &format!(
+            "`{} -m venv {}`",
+            bootstrap.to_string_lossy(),
+            dir.display()
+        ),
     )?;
     cargo::warning(&format!(
         "relax-build: installing apache-tvm=={TVM_VERSION} apache-tvm-ffi=={TVM_FFI_VERSION} with pip"
     ));
     run(
         Command::new(managed_python(dir))
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--quiet"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--quiet",
+            ])
             .arg(format!("apache-tvm=={TVM_VERSION}"))
             .arg(format!("apache-tvm-ffi=={TVM_FFI_VERSION}")),
         "pip install of the pinned TVM",
     )?;
     let marker = dir.join(COMPLETE_MARKER);
-    std::fs::write(&marker, format!("apache-tvm=={TVM_VERSION}\napache-tvm-ffi=={TVM_FFI_VERSION}\n"))
-        .map_err(io(format!("writing {}", marker.display())))?;
+    std::fs::write(
+        &marker,
+        format!("apache-tvm=={TVM_VERSION}\napache-tvm-ffi=={TVM_FFI_VERSION}\n"),
+    )
+    .map_err(io(format!("writing {}", marker.display())))?;
     cargo::warning("relax-build: the managed TVM toolchain is ready");
     Ok(())
 }

@@ -46,9 +46,14 @@ impl DType {
         if name == "bool" {
             return Some(DType::BOOL);
         }
-        let (code, bits) = [("bfloat", BFLOAT), ("float", FLOAT), ("uint", UINT), ("int", INT)]
-            .iter()
-            .find_map(|(prefix, code)| Some((*code, name.strip_prefix(prefix)?)))?;
+        let (code, bits) = [
+            ("bfloat", BFLOAT),
+            ("float", FLOAT),
+            ("uint", UINT),
+            ("int", INT),
+        ]
+        .iter()
+        .find_map(|(prefix, code)| Some((*code, name.strip_prefix(prefix)?)))?;
         let bits: u8 = bits.parse().ok()?;
         let valid = match code {
             FLOAT => matches!(bits, 16 | 32 | 64),
@@ -88,7 +93,13 @@ impl fmt::Display for DType {
             UINT => "uint",
             FLOAT => "float",
             BFLOAT => "bfloat",
-            other => return write!(f, "dtype(code={other}, bits={}, lanes={})", self.bits, self.lanes),
+            other => {
+                return write!(
+                    f,
+                    "dtype(code={other}, bits={}, lanes={})",
+                    self.bits, self.lanes
+                )
+            }
         };
         write!(f, "{base}{}", self.bits)?;
         if self.lanes != 1 {
@@ -133,8 +144,8 @@ mod tests {
     #[test]
     fn names_round_trip() {
         for name in [
-            "float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8",
-            "uint16", "uint32", "uint64", "bool",
+            "float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64",
+            "uint8", "uint16", "uint32", "uint64", "bool",
         ] {
             let dtype = DType::parse(name).unwrap_or_else(|| panic!("{name} should parse"));
             assert_eq!(dtype.to_string(), name);

@@ -6,8 +6,9 @@ use crate::dtype::DType;
 
 /// What went wrong while loading TVM, a model, or calling a model function.
 ///
-/// Every message names what failed and, where there is one, the fix.
-#[derive(Debug, thiserror::Error)]
+/// Every message names what failed and, where there is one, the fix. `Debug` prints the
+/// same message, so `fn main() -> relax_runtime::Result<()>` shows it readably.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// `libtvm_ffi.so` or `libtvm_runtime.so` was not found in any searched folder.
@@ -84,7 +85,9 @@ pub enum Error {
     Weights { model: String, message: String },
 
     /// A function returned something other than what its signature promises.
-    #[error("model `{model}`, function `{function}`: expected {expected} as output, found {found}")]
+    #[error(
+        "model `{model}`, function `{function}`: expected {expected} as output, found {found}"
+    )]
     UnexpectedOutput {
         model: String,
         function: String,
@@ -107,6 +110,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// `Result` with relax-runtime's [`Error`].

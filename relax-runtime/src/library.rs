@@ -44,7 +44,9 @@ impl Runtime {
         if let Some(runtime) = RUNTIME.get() {
             return Ok(runtime);
         }
-        let _guard = LOADING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _guard = LOADING
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(runtime) = RUNTIME.get() {
             return Ok(runtime);
         }
@@ -68,7 +70,9 @@ impl Runtime {
         let api = unsafe { sys::TvmFfiLibrary::from_library(ffi_library) }.map_err(|error| {
             Error::LibraryLoad {
                 path: ffi_path.clone(),
-                message: format!("it lacks a tvm-ffi C ABI symbol ({error}); is it apache-tvm-ffi 0.1.x?"),
+                message: format!(
+                    "it lacks a tvm-ffi C ABI symbol ({error}); is it apache-tvm-ffi 0.1.x?"
+                ),
             }
         })?;
         // libtvm_runtime.so needs libtvm_ffi.so, which the loader now finds by its soname.
@@ -105,7 +109,9 @@ impl Runtime {
         match object::call(&self.module_get_function, &mut arguments, || {
             format!("looking up function `{name}`")
         })? {
-            Value::Object(function) if function.type_index() == sys::TVMFFITypeIndex_kTVMFFIFunction => {
+            Value::Object(function)
+                if function.type_index() == sys::TVMFFITypeIndex_kTVMFFIFunction =>
+            {
                 Ok(Some(function))
             }
             _ => Ok(None),
@@ -123,13 +129,17 @@ impl Runtime {
 
     /// Loads a compiled model library from a file.
     pub(crate) fn load_module_from_file(&self, model: &str, path: &Path) -> Result<Object> {
-        let path_c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Error::LibraryLoad {
-            path: path.to_path_buf(),
-            message: "the path contains a NUL byte".to_string(),
-        })?;
+        let path_c =
+            CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Error::LibraryLoad {
+                path: path.to_path_buf(),
+                message: "the path contains a NUL byte".to_string(),
+            })?;
         let mut arguments = [argument::str(&path_c), argument::str(c"so")];
         match object::call(&self.load_shared_library, &mut arguments, || {
-            format!("loading the library of model `{model}` from {}", path.display())
+            format!(
+                "loading the library of model `{model}` from {}",
+                path.display()
+            )
         })? {
             Value::Object(module) => Ok(module),
             other => Err(Error::LibraryLoad {
@@ -193,7 +203,12 @@ fn search_dirs(recorded_dirs: &str) -> Vec<PathBuf> {
     {
         dirs.push(dir);
     }
-    dirs.extend(recorded_dirs.split(':').filter(|dir| !dir.is_empty()).map(PathBuf::from));
+    dirs.extend(
+        recorded_dirs
+            .split(':')
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from),
+    );
     dirs
 }
 
@@ -249,4 +264,34 @@ fn anonymous_file_with(model: &str, bytes: &[u8]) -> Result<AnonymousFile> {
     })?;
     let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
     Ok(AnonymousFile { path, _file: file })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_lists_every_folder_searched_and_the_fix() {
+        let dirs = [
+            PathBuf::from("/nonexistent/one"),
+            PathBuf::from("/nonexistent/two"),
+        ];
+        let error = find_library(FFI_LIBRARY, &dirs).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "relax-runtime could not find libtvm_ffi.so; searched:\n  /nonexistent/one\n  /nonexistent/two\n\
+             Fix: set RELAX_RUNTIME_DIR to a folder that holds libtvm_ffi.so and libtvm_runtime.so \
+             (the `tvm_ffi/lib` and `tvm/lib` folders of the apache-tvm wheel, copied into one folder), \
+             or put both libraries next to the executable."
+        );
+    }
+
+    #[test]
+    fn recorded_dirs_come_last() {
+        let dirs = search_dirs("/recorded/a:/recorded/b");
+        assert_eq!(
+            dirs[dirs.len() - 2..],
+            [PathBuf::from("/recorded/a"), PathBuf::from("/recorded/b")]
+        );
+    }
 }

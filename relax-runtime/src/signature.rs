@@ -78,7 +78,12 @@ impl FunctionSignature {
                 function: self.name.to_string(),
                 expected: self.inputs.len(),
                 found: inputs.len(),
-                names: self.inputs.iter().map(|input| input.name).collect::<Vec<_>>().join(", "),
+                names: self
+                    .inputs
+                    .iter()
+                    .map(|input| input.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         }
         let mut bound: Vec<(&str, i64, &str)> = Vec::new();
@@ -105,8 +110,13 @@ impl FunctionSignature {
             }
             for (dim, &size) in expected.shape.iter().zip(shape) {
                 match *dim {
-                    Dim::Static(expected_size) if expected_size != size => return Err(mismatch(String::new())),
-                    Dim::Symbolic(name) => match bound.iter().find(|(bound_name, ..)| *bound_name == name) {
+                    Dim::Static(expected_size) if expected_size != size => {
+                        return Err(mismatch(String::new()))
+                    }
+                    Dim::Symbolic(name) => match bound
+                        .iter()
+                        .find(|(bound_name, ..)| *bound_name == name)
+                    {
                         Some(&(_, value, from)) if value != size => {
                             return Err(mismatch(format!(" with {name} = {value} (from `{from}`)")))
                         }
@@ -150,12 +160,15 @@ mod tests {
 
     #[test]
     fn accepts_matching_inputs() {
-        ADD.check_inputs("pair", &[&zeros(3, 4), &zeros(3, 4)]).unwrap();
+        ADD.check_inputs("pair", &[&zeros(3, 4), &zeros(3, 4)])
+            .unwrap();
     }
 
     #[test]
     fn static_dim_mismatch_names_everything() {
-        let error = ADD.check_inputs("pair", &[&zeros(3, 5), &zeros(3, 4)]).unwrap_err();
+        let error = ADD
+            .check_inputs("pair", &[&zeros(3, 5), &zeros(3, 4)])
+            .unwrap_err();
         assert_eq!(
             error.to_string(),
             "model `pair`, function `add`, argument `a`: expected shape [n, 4], found [3, 5]"
@@ -164,7 +177,9 @@ mod tests {
 
     #[test]
     fn symbolic_dim_must_agree_across_arguments() {
-        let error = ADD.check_inputs("pair", &[&zeros(3, 4), &zeros(2, 4)]).unwrap_err();
+        let error = ADD
+            .check_inputs("pair", &[&zeros(3, 4), &zeros(2, 4)])
+            .unwrap_err();
         assert_eq!(
             error.to_string(),
             "model `pair`, function `add`, argument `b`: expected shape [n, 4] with n = 3 (from `a`), found [2, 4]"
@@ -174,14 +189,18 @@ mod tests {
     #[test]
     fn rank_mismatch_is_a_shape_error() {
         let flat = Tensor::from_slice(&[0f32; 4], &[4]).unwrap();
-        let error = ADD.check_inputs("pair", &[&flat, &zeros(1, 4)]).unwrap_err();
+        let error = ADD
+            .check_inputs("pair", &[&flat, &zeros(1, 4)])
+            .unwrap_err();
         assert!(matches!(error, Error::ShapeMismatch { .. }), "{error}");
     }
 
     #[test]
     fn dtype_mismatch_names_both_types() {
         let ints = Tensor::from_slice(&[0i32; 8], &[2, 4]).unwrap();
-        let error = ADD.check_inputs("pair", &[&zeros(2, 4), &ints]).unwrap_err();
+        let error = ADD
+            .check_inputs("pair", &[&zeros(2, 4), &ints])
+            .unwrap_err();
         assert_eq!(
             error.to_string(),
             "model `pair`, function `add`, argument `b`: expected dtype float32, found int32"

@@ -42,13 +42,17 @@ impl Tensor {
     /// Fails when the shape's element count differs from `data.len()`.
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
         // SAFETY: every Element type is plain data without padding.
-        let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) };
+        let bytes = unsafe {
+            std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data))
+        };
         Tensor::from_bytes(T::DTYPE, shape, bytes)
     }
 
     /// A CPU tensor holding a copy of `bytes`, read as elements of `dtype` in row-major order.
     pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
-        let elements = shape.iter().try_fold(1usize, |count, &dim| count.checked_mul(dim));
+        let elements = shape
+            .iter()
+            .try_fold(1usize, |count, &dim| count.checked_mul(dim));
         let expected = elements.and_then(|count| count.checked_mul(dtype.size_in_bytes()));
         if expected != Some(bytes.len()) {
             return Err(Error::InvalidTensor {
@@ -149,19 +153,26 @@ impl Tensor {
                 let device = Device::from_dlpack(tensor.device);
                 if device != Device::cpu() {
                     return Err(Error::InvalidTensor {
-                        message: format!("the data is on {device:?}; only CPU data can be read from Rust"),
+                        message: format!(
+                            "the data is on {device:?}; only CPU data can be read from Rust"
+                        ),
                     });
                 }
                 if !is_compact(tensor) {
                     return Err(Error::InvalidTensor {
-                        message: "the tensor is strided; only compact row-major data can be read".to_string(),
+                        message: "the tensor is strided; only compact row-major data can be read"
+                            .to_string(),
                     });
                 }
                 // SAFETY: a compact CPU tensor holds `length` bytes from data + byte_offset,
                 // alive as long as the tensor object.
                 Ok(unsafe {
                     slice_or_empty(
-                        tensor.data.cast::<u8>().add(tensor.byte_offset as usize).cast_const(),
+                        tensor
+                            .data
+                            .cast::<u8>()
+                            .add(tensor.byte_offset as usize)
+                            .cast_const(),
                         length,
                     )
                 })
@@ -230,7 +241,12 @@ fn is_compact(tensor: &sys::DLTensor) -> bool {
     }
     let ndim = tensor.ndim as usize;
     // SAFETY: shape and strides have `ndim` entries.
-    let (shape, strides) = unsafe { (slice_or_empty(tensor.shape, ndim), slice_or_empty(tensor.strides, ndim)) };
+    let (shape, strides) = unsafe {
+        (
+            slice_or_empty(tensor.shape, ndim),
+            slice_or_empty(tensor.strides, ndim),
+        )
+    };
     let mut expected = 1i64;
     for (dim, stride) in shape.iter().zip(strides).rev() {
         if *dim != 1 && *stride != expected {
@@ -321,7 +337,8 @@ fn wrap_host_buffer(buffer: &Arc<HostBuffer>, dtype: DType, shape: &Arc<[i64]>) 
     let managed = Box::into_raw(managed);
     let mut handle: sys::TVMFFIObjectHandle = std::ptr::null_mut();
     // SAFETY: `managed` is a valid DLPack tensor; on success TVM owns it and calls the deleter.
-    let status = unsafe { (runtime.api.TVMFFITensorFromDLPackVersioned)(managed, 0, 1, &mut handle) };
+    let status =
+        unsafe { (runtime.api.TVMFFITensorFromDLPackVersioned)(managed, 0, 1, &mut handle) };
     if status != 0 {
         // SAFETY: on failure ownership stays with us.
         unsafe { delete_dlpack(managed) };
@@ -342,7 +359,10 @@ mod tests {
         let tensor = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
         assert_eq!(tensor.shape(), &[2, 3]);
         assert_eq!(tensor.dtype(), DType::F32);
-        assert_eq!(tensor.as_slice::<f32>().unwrap(), &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(
+            tensor.as_slice::<f32>().unwrap(),
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+        );
         assert_eq!(tensor.as_bytes().unwrap().len(), 24);
     }
 
@@ -359,7 +379,10 @@ mod tests {
     fn as_slice_rejects_another_element_type() {
         let tensor = Tensor::from_slice(&[1i64, 2], &[2]).unwrap();
         let error = tensor.as_slice::<f32>().unwrap_err();
-        assert_eq!(error.to_string(), "tensor holds int64 elements, not float32");
+        assert_eq!(
+            error.to_string(),
+            "tensor holds int64 elements, not float32"
+        );
     }
 
     #[test]

@@ -194,7 +194,10 @@ impl Function {
             arguments.push(tensor.tvm_object()?.as_argument());
         }
         let value = object::call(&self.handle, &mut arguments, || {
-            format!("calling `{}` of model `{}`", self.signature.name, self.model)
+            format!(
+                "calling `{}` of model `{}`",
+                self.signature.name, self.model
+            )
         })?;
         self.to_output(value)
     }
@@ -203,7 +206,9 @@ impl Function {
     pub fn call_single(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         match self.call(inputs)? {
             Output::Tensor(tensor) => Ok(tensor),
-            Output::Tuple(items) => Err(self.unexpected("a tensor", format!("a tuple of {}", items.len()))),
+            Output::Tuple(items) => {
+                Err(self.unexpected("a tensor", format!("a tuple of {}", items.len())))
+            }
         }
     }
 

@@ -11,8 +11,15 @@ use crate::tensor::Tensor;
 
 /// Reads every weight the model's functions take from safetensors bytes, checking
 /// dtype and shape against the compiled signature.
-pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<HashMap<&'static str, Tensor>> {
-    let wanted: Vec<_> = signature.functions.iter().flat_map(|function| function.weights).collect();
+pub(crate) fn load(
+    signature: &ModelSignature,
+    bytes: Option<&[u8]>,
+) -> Result<HashMap<&'static str, Tensor>> {
+    let wanted: Vec<_> = signature
+        .functions
+        .iter()
+        .flat_map(|function| function.weights)
+        .collect();
     if wanted.is_empty() {
         return Ok(HashMap::new());
     }
@@ -20,8 +27,11 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<H
         model: signature.name.to_string(),
         message,
     };
-    let bytes = bytes.ok_or_else(|| error("are missing: the model takes weights but none were embedded".to_string()))?;
-    let file = SafeTensors::deserialize(bytes).map_err(|cause| error(format!("are not a valid safetensors file: {cause}")))?;
+    let bytes = bytes.ok_or_else(|| {
+        error("are missing: the model takes weights but none were embedded".to_string())
+    })?;
+    let file = SafeTensors::deserialize(bytes)
+        .map_err(|cause| error(format!("are not a valid safetensors file: {cause}")))?;
     let mut tensors = HashMap::new();
     for expected in wanted {
         if tensors.contains_key(expected.name) {
@@ -31,14 +41,16 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<H
             .tensor(expected.name)
             .map_err(|_| error(format!("have no tensor `{}`", expected.name)))?;
         let dtype = dtype_of(view.dtype()).ok_or_else(|| {
-            error(format!("tensor `{}` has unsupported dtype {:?}", expected.name, view.dtype()))
+            error(format!(
+                "tensor `{}` has unsupported dtype {:?}",
+                expected.name,
+                view.dtype()
+            ))
         })?;
         let shape_matches = view.shape().len() == expected.shape.len()
-            && expected
-                .shape
-                .iter()
-                .zip(view.shape())
-                .all(|(dim, &size)| !matches!(dim, Dim::Static(expected) if *expected != size as i64));
+            && expected.shape.iter().zip(view.shape()).all(
+                |(dim, &size)| !matches!(dim, Dim::Static(expected) if *expected != size as i64),
+            );
         if dtype != expected.dtype || !shape_matches {
             return Err(error(format!(
                 "tensor `{}` is {dtype}{:?}, but the model expects {}{}",
@@ -48,7 +60,10 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<H
                 format_dims(expected.shape)
             )));
         }
-        tensors.insert(expected.name, Tensor::from_bytes(dtype, view.shape(), view.data())?);
+        tensors.insert(
+            expected.name,
+            Tensor::from_bytes(dtype, view.shape(), view.data())?,
+        );
     }
     Ok(tensors)
 }

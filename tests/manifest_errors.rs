@@ -1,0 +1,129 @@
+//! Each fixture under `fixtures/errors/` fails `cargo build` with a message that names
+//! the model, the manifest key or file, and what to do.
+
+use relax_cargo_tests::{cargo, fixture};
+
+fn build_error(case: &str) -> String {
+    let output = cargo(&fixture("errors").join(case), &["build", "--quiet"], &[]);
+    assert!(
+        !output.status.success(),
+        "the {case} fixture built, but it must fail"
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn assert_contains(stderr: &str, expected: &[&str]) {
+    for part in expected {
+        assert!(
+            stderr.contains(part),
+            "expected {part:?} in the build error:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn missing_source() {
+    assert_contains(
+        &build_error("missing-source"),
+        &["`package.metadata.relax.models.linear.source`: missing: set it to the model's source file"],
+    );
+}
+
+#[test]
+fn unknown_key() {
+    assert_contains(
+        &build_error("unknown-key"),
+        &[
+            "`package.metadata.relax.models.linear.input`: unknown field `input`",
+            "did you mean `inputs`?",
+        ],
+    );
+}
+
+#[test]
+fn bad_dtype() {
+    assert_contains(
+        &build_error("bad-dtype"),
+        &[
+            "`package.metadata.relax.models.linear.inputs.forward.x`",
+            "found \"flaot32[1, 4]\": unknown dtype `flaot32`; use one of float16, float32",
+        ],
+    );
+}
+
+#[test]
+fn source_file_absent() {
+    assert_contains(
+        &build_error("source-absent"),
+        &["`package.metadata.relax.models.linear.source`: file `models/linear.py` not found"],
+    );
+}
+
+#[test]
+fn missing_entry_attribute() {
+    assert_contains(
+        &build_error("missing-entry"),
+        &[
+            "model `linear` (`package.metadata.relax.models.linear.entry`)",
+            "has no attribute `Lineer`; set `entry` to the attribute to compile",
+            "attributes defined there: Linear",
+        ],
+    );
+}
+
+#[test]
+fn python_exception_shows_a_traceback_trimmed_to_the_model_source() {
+    let stderr = build_error("python-exception");
+    assert_contains(
+        &stderr,
+        &[
+            "model `broken` (`package.metadata.relax.models.broken.source`)",
+            "raised ZeroDivisionError: integer division or modulo by zero",
+            "Traceback (most recent call last, trimmed to the model source):",
+            "broken.py\", line 7, in hidden_size",
+            "return features // 0",
+        ],
+    );
+    assert!(
+        !stderr.contains("driver.py"),
+        "the driver's frames must be trimmed:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("importlib"),
+        "importlib's frames must be trimmed:\n{stderr}"
+    );
+}
+
+#[test]
+fn nn_module_without_inputs() {
+    assert_contains(
+        &build_error("inputs-missing"),
+        &[
+            "model `linear` (`package.metadata.relax.models.linear.inputs`)",
+            "needs an input spec for each method to export; add e.g. [package.metadata.relax.models.linear.inputs.forward]",
+        ],
+    );
+}
+
+#[test]
+fn nn_module_with_parameters_but_no_weights() {
+    assert_contains(
+        &build_error("weights-missing"),
+        &[
+            "model `linear` (`package.metadata.relax.models.linear.weights`)",
+            "missing: `Linear` takes 2 weight(s) (fc.weight, fc.bias); set weights = \"<file>.safetensors\"",
+        ],
+    );
+}
+
+#[test]
+fn weights_of_the_wrong_shape() {
+    assert_contains(
+        &build_error("weights-wrong-shape"),
+        &[
+            "model `linear` (`package.metadata.relax.models.linear.weights`)",
+            "tensor `fc.weight` in ",
+            "linear.safetensors is float32[3, 4], but the model expects float32[2, 4]",
+        ],
+    );
+}

@@ -1,0 +1,54 @@
+//! `cargo run --release -p quickstart` prints the same predictions as numpy on the same weights.
+
+use relax_cargo_tests::{assert_success, cargo, python, workspace_root};
+
+fn line<'a>(output: &'a str, prefix: &str) -> &'a str {
+    output
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{output}"))
+}
+
+#[test]
+fn quickstart_matches_numpy() {
+    let output = cargo(
+        workspace_root(),
+        &[
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            "quickstart",
+            "--",
+            "--predictions",
+        ],
+        &[],
+    );
+    assert_success(&output, "cargo run -p quickstart");
+    let ours = String::from_utf8(output.stdout).unwrap();
+    let reference = python(
+        &workspace_root().join("examples/quickstart/reference.py"),
+        &[],
+    );
+
+    let predictions = line(&ours, "predictions: ");
+    assert_eq!(
+        predictions.split(' ').count(),
+        360,
+        "one prediction per held-out digit"
+    );
+    assert_eq!(predictions, line(&reference, "predictions: "));
+    let accuracy: f64 = line(&ours, "accuracy: ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let reference_accuracy: f64 = line(&reference, "accuracy: ").parse().unwrap();
+    assert_eq!(format!("{accuracy:.4}"), format!("{reference_accuracy:.4}"));
+    assert!(
+        accuracy > 0.9,
+        "the trained MLP classifies most digits: {accuracy}"
+    );
+    assert!(line(&ours, "median latency per batch of 32: ").ends_with("over 12 batches"));
+}
