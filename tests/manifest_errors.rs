@@ -127,3 +127,34 @@ fn weights_of_the_wrong_shape() {
         ],
     );
 }
+
+#[test]
+fn inputs_given_for_a_tvmscript_module() {
+    assert_contains(
+        &build_error("inputs-for-tvmscript"),
+        &[
+            "model `pair` (`package.metadata.relax.models.pair.inputs`)",
+            "the entry is an IRModule, whose functions declare their own argument names, shapes and dtypes; remove `inputs`",
+        ],
+    );
+}
+
+#[test]
+fn an_unusable_relax_python_is_the_error_not_skipped() {
+    let output = cargo(
+        &fixture("errors").join("toolchain-unusable"),
+        &["build", "--quiet"],
+        &[("RELAX_PYTHON", "/nonexistent/python3")],
+    );
+    assert!(
+        !output.status.success(),
+        "a build with an unusable RELAX_PYTHON must fail"
+    );
+    assert_contains(
+        &String::from_utf8_lossy(&output.stderr),
+        &[
+            "RELAX_PYTHON=/nonexistent/python3 cannot be used: cannot run it",
+            "Fix: point RELAX_PYTHON at a Python with TVM (`python -m pip install apache-tvm==0.27.0.post1 apache-tvm-ffi==0.1.14.post1`)",
+        ],
+    );
+}

@@ -170,6 +170,13 @@ fn driver_failure(model: &Model, model_dir: &Path, output: &std::process::Output
             Some(model.key(&format!("inputs.{}", report.detail))),
             format!("{}; name a method of `{}`", report.message, model.entry),
         ),
+        "inputs_unused" => (
+            Some(model.key("inputs")),
+            format!(
+                "{}; remove `inputs` (it is only for relax.frontend.nn modules)",
+                report.message
+            ),
+        ),
         "export" => (
             Some(model.key("inputs")),
             format!(

@@ -126,6 +126,14 @@ def export_nn_module(module_object, inputs, source_path):
     return ir_module, [name for name, _ in parameters]
 
 
+def reject_inputs(inputs):
+    if inputs:
+        raise DriverError(
+            "inputs_unused",
+            "the entry is an IRModule, whose functions declare their own argument names, shapes and dtypes",
+        )
+
+
 def load_ir_module(entry_object, inputs, source_path):
     """Turns the entry attribute into an IRModule.
 
@@ -138,6 +146,7 @@ def load_ir_module(entry_object, inputs, source_path):
     from tvm.relax.frontend import nn
 
     if isinstance(entry_object, tvm.IRModule):
+        reject_inputs(inputs)
         return entry_object, None
     if isinstance(entry_object, type) and issubclass(entry_object, nn.Module):
         try:
@@ -156,6 +165,7 @@ def load_ir_module(entry_object, inputs, source_path):
         except Exception as error:
             raise DriverError("source_exception", f"{type(error).__name__}: {error}", user_traceback(source_path)) from error
         if isinstance(result, tvm.IRModule):
+            reject_inputs(inputs)
             return result, None
         raise DriverError("entry_type", f"calling the entry returned {type(result).__name__}, not an IRModule")
     raise DriverError("entry_type", f"the entry is a {type(entry_object).__name__}")

@@ -59,8 +59,8 @@
 //! At run time, relax-runtime reads `RELAX_RUNTIME_DIR` (see its docs).
 
 mod cargo;
-pub mod codegen;
-pub mod compile;
+mod codegen;
+mod compile;
 pub mod env;
 mod error;
 pub mod metadata;
