@@ -153,8 +153,10 @@ fn an_unusable_relax_python_is_the_error_not_skipped() {
     assert_contains(
         &String::from_utf8_lossy(&output.stderr),
         &[
-            "RELAX_PYTHON=/nonexistent/python3 cannot be used: cannot run it",
+            "model `linear`: there is no prepared artifact in ",
+            "RELAX_PYTHON=/nonexistent/python3 cannot be used: /nonexistent/python3 does not exist",
             "Fix: point RELAX_PYTHON at a Python with TVM (`python -m pip install apache-tvm==0.27.0.post1 apache-tvm-ffi==0.1.14.post1`)",
+            "Or: run `cargo relax prepare --manifest-path ",
         ],
     );
 }

@@ -10,7 +10,8 @@ use relax_build::toolchain;
 fn provisions_once_behind_a_lock_and_replaces_a_half_made_toolchain() {
     let temp = tempfile::tempdir().unwrap();
     // This test binary has this one test, so changing the environment is safe.
-    std::env::set_var("RELAX_TOOLCHAIN_DIR", temp.path());
+    std::env::set_var("RELAX_TOOLCHAIN_DIR", temp.path().join("toolchains"));
+    std::env::set_var("RELAX_CACHE_DIR", temp.path().join("cache"));
     std::env::remove_var("RELAX_PYTHON");
     std::env::remove_var("VIRTUAL_ENV");
 
@@ -19,11 +20,15 @@ fn provisions_once_behind_a_lock_and_replaces_a_half_made_toolchain() {
         managed,
         temp.path().join(format!("tvm-{}", toolchain::TVM_VERSION))
     );
+    let cache = relax_build::Cache::new(temp.path().join("cache"));
     std::fs::create_dir_all(managed.join("bin")).unwrap();
     std::fs::write(managed.join("bin/python"), "left by an interrupted install").unwrap();
 
     let builds: Vec<_> = (0..2)
-        .map(|_| std::thread::spawn(|| toolchain::find_or_provision().map(|found| found.python)))
+        .map(|_| {
+            let cache = cache.clone();
+            std::thread::spawn(move || toolchain::find_or_provision(None, &cache).map(|found| found.python))
+        })
         .collect();
     let pythons: Vec<PathBuf> = builds
         .into_iter()
@@ -38,7 +43,7 @@ fn provisions_once_behind_a_lock_and_replaces_a_half_made_toolchain() {
     assert_eq!(pythons[0], managed.join("bin/python"));
     assert_eq!(pythons[0], pythons[1]);
     assert!(managed.join("relax-toolchain-complete").is_file());
-    let found = toolchain::find_or_provision().unwrap();
+    let found = toolchain::find_or_provision(None, &cache).unwrap();
     assert_eq!(found.tvm_version, toolchain::TVM_VERSION);
     for dir in &found.runtime_library_dirs {
         assert!(

@@ -28,8 +28,13 @@ pub(crate) fn rustc_env(name: &str, value: &str) {
     emit(format_args!("cargo::rustc-env={name}={value}"));
 }
 
-/// A warning shown by Cargo; one line per line of `message`.
+/// A warning shown by Cargo; one line per line of `message`. Outside a build script
+/// (directives off) it goes to stderr.
 pub(crate) fn warning(message: &str) {
+    if !ENABLED.load(Ordering::Relaxed) {
+        eprintln!("warning: {message}");
+        return;
+    }
     for line in message.lines() {
         emit(format_args!("cargo::warning={line}"));
     }

@@ -447,7 +447,7 @@ mod tests {
             &signature,
             "`models/pair.py`, entry `Pair`",
             &Embedded {
-                library: "relax/pair/pair.so",
+                library: "relax/pair/library.so",
                 weights: None,
             },
         )

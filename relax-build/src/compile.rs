@@ -1,11 +1,12 @@
 //! Compiling one model: run the driver, check its weights, collect the artifacts.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::cache::{LIBRARY, SIGNATURE, WEIGHTS};
 use crate::error::{io, Error, Result};
 use crate::metadata::{Model, SpecDim};
 use crate::signature::{format_shape, Dim, Signature};
@@ -13,15 +14,6 @@ use crate::toolchain::Toolchain;
 
 /// The compile driver, shipped inside the crate.
 pub const DRIVER_SOURCE: &str = include_str!("driver.py");
-
-/// What compiling a model produced, under `$OUT_DIR/relax/<model>/`.
-#[derive(Debug, Clone)]
-pub struct CompiledModel {
-    pub name: String,
-    pub library: PathBuf,
-    pub weights: Option<PathBuf>,
-    pub signature: Signature,
-}
 
 /// The driver's report of a failure.
 #[derive(Debug, Deserialize)]
@@ -32,16 +24,17 @@ struct DriverError {
     detail: String,
 }
 
-/// Compiles `model` for `target` into `model_dir` with the toolchain's Python.
+/// Compiles `model` for `target` into `model_dir` with the toolchain's Python, leaving
+/// there the library, the signature and the checked weights (see [`crate::cache`] for
+/// the file names).
 pub fn compile(
     model: &Model,
     toolchain: &Toolchain,
     target: &serde_json::Value,
     driver: &Path,
     model_dir: &Path,
-) -> Result<CompiledModel> {
+) -> Result<()> {
     std::fs::create_dir_all(model_dir).map_err(io(format!("creating {}", model_dir.display())))?;
-    let library_name = format!("{}.so", model.name);
     let request = json!({
         "model": model.name,
         "source": model.source,
@@ -50,7 +43,7 @@ pub fn compile(
         "target": target,
         "pipeline": model.pipeline.as_str(),
         "output_dir": model_dir,
-        "library_name": library_name,
+        "library_name": LIBRARY,
     });
     let request_path = model_dir.join("request.json");
     write_atomically(&request_path, request.to_string().as_bytes())?;
@@ -65,23 +58,20 @@ pub fn compile(
     if !output.status.success() {
         return Err(driver_failure(model, model_dir, &output));
     }
-    let signature_path = model_dir.join("signature.json");
-    let signature: Signature = serde_json::from_slice(
-        &std::fs::read(&signature_path)
-            .map_err(io(format!("reading {}", signature_path.display())))?,
-    )
-    .map_err(|error| Error::Model {
-        model: model.name.clone(),
+    let signature = read_signature(&model.name, &model_dir.join(SIGNATURE))?;
+    copy_weights(model, &signature, model_dir)?;
+    std::fs::remove_file(&request_path).map_err(io(format!("removing {}", request_path.display())))?;
+    Ok(())
+}
+
+/// Reads a signature JSON written by the driver.
+pub fn read_signature(model: &str, path: &Path) -> Result<Signature> {
+    let bytes = std::fs::read(path).map_err(io(format!("reading {}", path.display())))?;
+    serde_json::from_slice(&bytes).map_err(|error| Error::Model {
+        model: model.to_string(),
         key: None,
-        message: format!("the driver wrote an unreadable signature ({error})"),
+        message: format!("{} is not a valid signature ({error})", path.display()),
         detail: String::new(),
-    })?;
-    let weights = copy_weights(model, &signature, model_dir)?;
-    Ok(CompiledModel {
-        name: model.name.clone(),
-        library: model_dir.join(library_name),
-        weights,
-        signature,
     })
 }
 
@@ -208,7 +198,7 @@ fn driver_failure(model: &Model, model_dir: &Path, output: &std::process::Output
 
 /// Checks the manifest's safetensors file against the weights the functions take,
 /// and copies it next to the library.
-fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Result<Option<PathBuf>> {
+fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Result<()> {
     let mut wanted = Vec::new();
     for function in &signature.functions {
         for weight in &function.weights {
@@ -228,7 +218,7 @@ fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Resul
     };
     let Some(weights_path) = &model.weights else {
         if wanted.is_empty() {
-            return Ok(None);
+            return Ok(());
         }
         return Err(error(format!(
             "missing: `{}` takes {} weight(s) ({}); set weights = \"<file>.safetensors\" holding them by name",
@@ -291,9 +281,7 @@ fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Resul
             preview(unused.into_iter())
         ));
     }
-    let destination = model_dir.join("weights.safetensors");
-    write_atomically(&destination, &bytes)?;
-    Ok(Some(destination))
+    write_atomically(&model_dir.join(WEIGHTS), &bytes)
 }
 
 fn safetensors_dtype_name(dtype: safetensors::Dtype) -> String {

@@ -58,22 +58,32 @@
 //!
 //! At run time, relax-runtime reads `RELAX_RUNTIME_DIR` (see its docs).
 
+mod cache;
 mod cargo;
 mod codegen;
 mod compile;
 pub mod env;
 mod error;
+pub mod key;
 pub mod metadata;
+pub mod prepared;
+mod resolve;
 pub mod signature;
 pub mod target;
 pub mod toolchain;
 
 use std::path::{Path, PathBuf};
 
-pub use compile::CompiledModel;
+pub use cache::{ArtifactManifest, Cache};
 pub use error::{Error, Result};
+pub use key::KeyInputs;
+pub use prepared::Prepared;
+pub use resolve::ArtifactSource;
 
 use error::io;
+use metadata::{Metadata, Model};
+use resolve::{Artifacts, Resolver};
+use signature::Signature;
 
 /// Compiles every model of the package being built. Call it from `build.rs`.
 ///
@@ -81,6 +91,40 @@ use error::io;
 /// Use [`Config::try_compile`] to handle the error yourself.
 pub fn compile_models() {
     Config::new().compile();
+}
+
+/// A model ready for `include_model!`: its artifacts in `OUT_DIR` and where they came from.
+#[derive(Debug, Clone)]
+pub struct CompiledModel {
+    pub name: String,
+    pub library: PathBuf,
+    pub weights: Option<PathBuf>,
+    pub signature: Signature,
+    pub source: ArtifactSource,
+    /// The key over the model's inputs (what prepared artifacts are checked against).
+    pub input_key: String,
+    /// The key of its cache entry (inputs and toolchain).
+    pub cache_key: String,
+}
+
+/// A model's artifacts written to the prepared folder by [`Config::prepare`].
+#[derive(Debug, Clone)]
+pub struct PreparedModel {
+    pub name: String,
+    pub dir: PathBuf,
+    pub source: ArtifactSource,
+}
+
+/// What [`Config::status`] reports of one model.
+#[derive(Debug, Clone)]
+pub struct ModelStatus {
+    pub name: String,
+    pub input_key: String,
+    /// The cache key, when a toolchain was found to compute it.
+    pub cache_key: Option<String>,
+    /// Whether the cache holds a valid entry for it.
+    pub cached: bool,
+    pub prepared: Prepared,
 }
 
 /// Options for compiling a package's models; every field defaults to what Cargo
@@ -91,7 +135,17 @@ pub struct Config {
     out_dir: Option<PathBuf>,
     target: Option<String>,
     host: Option<String>,
+    cache_dir: Option<PathBuf>,
+    prepared_dir: Option<PathBuf>,
+    offline: Option<bool>,
     cargo_directives: bool,
+}
+
+/// One package's models and how to resolve them for one target.
+struct Package {
+    manifest_dir: PathBuf,
+    metadata: Metadata,
+    resolver: Resolver,
 }
 
 impl Config {
@@ -126,6 +180,24 @@ impl Config {
         self
     }
 
+    /// The artifact cache (default: `RELAX_CACHE_DIR`, else the user cache folder).
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Config {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// The prepared-artifacts folder (default: `.relax/` next to `Cargo.toml`).
+    pub fn prepared_dir(mut self, dir: impl Into<PathBuf>) -> Config {
+        self.prepared_dir = Some(dir.into());
+        self
+    }
+
+    /// Use only prepared artifacts (default: `RELAX_OFFLINE` / `CARGO_NET_OFFLINE`).
+    pub fn offline(mut self, offline: bool) -> Config {
+        self.offline = Some(offline);
+        self
+    }
+
     /// Whether to print `cargo::` directives (default: yes; turn off outside build scripts).
     pub fn cargo_directives(mut self, enabled: bool) -> Config {
         self.cargo_directives = enabled;
@@ -143,11 +215,112 @@ impl Config {
         }
     }
 
-    /// Compiles every model declared in `[package.metadata.relax]`.
+    /// Resolves every model declared in `[package.metadata.relax]` (prepared, cached, or
+    /// compiled now), copies its artifacts into `OUT_DIR/relax/<model>/` and generates
+    /// `OUT_DIR/relax/<model>.rs`.
     pub fn try_compile(&self) -> Result<Vec<CompiledModel>> {
         cargo::set_enabled(self.cargo_directives);
-        let manifest_dir = self.path_or_env(&self.manifest_dir, "CARGO_MANIFEST_DIR")?;
         let out_dir = self.path_or_env(&self.out_dir, "OUT_DIR")?;
+        let package = self.package()?;
+        if package.metadata.models.is_empty() {
+            cargo::warning(&format!(
+                "relax-build: no models declared in [{}.models] of {}",
+                metadata::ROOT_KEY,
+                package.resolver.manifest_path.display()
+            ));
+            return Ok(Vec::new());
+        }
+        let relax_dir = out_dir.join("relax");
+        let mut compiled = Vec::new();
+        for model in &package.metadata.models {
+            let inputs = KeyInputs::of(model, &package.resolver.tvm_target)?;
+            let artifacts = package.resolver.resolve(model, &inputs)?;
+            compiled.push(materialize(model, &package.manifest_dir, &artifacts, &relax_dir)?);
+        }
+        let runtime_dirs = match package.resolver.resolved_toolchain() {
+            Some(toolchain) => toolchain.runtime_library_dirs.clone(),
+            None => toolchain::known_runtime_library_dirs(package.metadata.python.as_deref(), &package.resolver.cache),
+        };
+        let runtime_dirs: Vec<String> = runtime_dirs.iter().map(|dir| dir.to_string_lossy().into_owned()).collect();
+        cargo::rustc_env(codegen::RUNTIME_DIRS_ENV, &runtime_dirs.join(":"));
+        Ok(compiled)
+    }
+
+    /// Compiles every model (through the cache) and writes its artifacts to the
+    /// prepared folder, so later builds need no Python. Needs a TVM toolchain.
+    pub fn prepare(&self) -> Result<Vec<PreparedModel>> {
+        cargo::set_enabled(self.cargo_directives);
+        let package = self.package()?;
+        let resolver = &package.resolver;
+        let mut prepared = Vec::new();
+        for model in &package.metadata.models {
+            let inputs = KeyInputs::of(model, &resolver.tvm_target)?;
+            let toolchain = resolver.toolchain().map_err(|message| Error::Toolchain { message })?;
+            let artifacts = resolver.compile_cached(model, &inputs, toolchain)?;
+            let dir = prepared::write(&resolver.prepared_root, &artifacts.dir, &artifacts.manifest)?;
+            prepared.push(PreparedModel {
+                name: model.name.clone(),
+                dir,
+                source: artifacts.source,
+            });
+        }
+        Ok(prepared)
+    }
+
+    /// The state of each model's prepared artifact against the current sources and settings.
+    pub fn check_prepared(&self) -> Result<Vec<(String, Prepared)>> {
+        cargo::set_enabled(self.cargo_directives);
+        let package = self.package()?;
+        let resolver = &package.resolver;
+        package
+            .metadata
+            .models
+            .iter()
+            .map(|model| {
+                let inputs = KeyInputs::of(model, &resolver.tvm_target)?;
+                let state = prepared::check(&resolver.prepared_root, &model.name, &resolver.cargo_target, &inputs);
+                Ok((model.name.clone(), state))
+            })
+            .collect()
+    }
+
+    /// Keys, cache and prepared state of each model; looks up the toolchain (to compute
+    /// cache keys) unless offline.
+    pub fn status(&self) -> Result<(Option<toolchain::Toolchain>, Vec<ModelStatus>)> {
+        cargo::set_enabled(self.cargo_directives);
+        let package = self.package()?;
+        let resolver = &package.resolver;
+        let toolchain = if resolver.offline { None } else { resolver.toolchain().ok().cloned() };
+        let mut statuses = Vec::new();
+        for model in &package.metadata.models {
+            let inputs = KeyInputs::of(model, &resolver.tvm_target)?;
+            let cache_key = toolchain.as_ref().map(|toolchain| inputs.cache_key(&toolchain.build_hash));
+            let cached = match &cache_key {
+                Some(key) => resolver.cache.entry_dir(key).is_dir(),
+                None => false,
+            };
+            statuses.push(ModelStatus {
+                name: model.name.clone(),
+                input_key: inputs.input_key(),
+                cache_key,
+                cached,
+                prepared: prepared::check(&resolver.prepared_root, &model.name, &resolver.cargo_target, &inputs),
+            });
+        }
+        Ok((toolchain, statuses))
+    }
+
+    /// The cache this configuration uses.
+    pub fn cache(&self) -> Result<Cache> {
+        cargo::set_enabled(self.cargo_directives);
+        Ok(Cache::new(match &self.cache_dir {
+            Some(dir) => dir.clone(),
+            None => Cache::default_root()?,
+        }))
+    }
+
+    fn package(&self) -> Result<Package> {
+        let manifest_dir = self.path_or_env(&self.manifest_dir, "CARGO_MANIFEST_DIR")?;
         let target = match &self.target {
             Some(target) => target.clone(),
             None => env::cargo_var("TARGET")?,
@@ -156,82 +329,43 @@ impl Config {
             Some(host) => host.clone(),
             None => std::env::var("HOST").unwrap_or_else(|_| target.clone()),
         };
-        cargo::rerun_if_changed(&manifest_dir.join("Cargo.toml"));
+        let manifest_path = manifest_dir.join("Cargo.toml");
+        cargo::rerun_if_changed(&manifest_path);
         let metadata = metadata::read(&manifest_dir)?;
-        if metadata.models.is_empty() {
-            cargo::warning(&format!(
-                "relax-build: no models declared in [{}.models] of {}",
-                metadata::ROOT_KEY,
-                manifest_dir.join("Cargo.toml").display()
-            ));
-            return Ok(Vec::new());
-        }
         for model in &metadata.models {
             cargo::rerun_if_changed(&model.source);
-            if let Some(weights) = &model.weights {
-                cargo::rerun_if_changed(weights);
+            for path in model.weights.iter().chain(&model.include) {
+                cargo::rerun_if_changed(path);
             }
+        }
+        let prepared_root = self.prepared_dir.clone().unwrap_or_else(|| prepared::default_root(&manifest_dir));
+        if prepared_root.exists() {
+            // Only when present: Cargo reruns a build script on every build while a
+            // watched path is missing.
+            cargo::rerun_if_changed(&prepared_root);
         }
         if target != host {
             return Err(Error::UnsupportedTarget {
                 target,
-                message: format!(
-                    "cross-compiling models from {host} is not supported yet; build for the host"
-                ),
+                message: format!("cross-compiling models from {host} is not supported yet; build for the host"),
             });
         }
         let tvm_target = target::tvm_target(&target, &host, &rustflags())?;
-        let toolchain = toolchain::find_or_provision()?;
-
-        let relax_dir = out_dir.join("relax");
-        std::fs::create_dir_all(&relax_dir)
-            .map_err(io(format!("creating {}", relax_dir.display())))?;
-        let driver = relax_dir.join("driver.py");
-        compile::write_atomically(&driver, compile::DRIVER_SOURCE.as_bytes())?;
-
-        let mut compiled = Vec::new();
-        for model in &metadata.models {
-            let artifacts = compile::compile(
-                model,
-                &toolchain,
-                &tvm_target,
-                &driver,
-                &relax_dir.join(&model.name),
-            )?;
-            let relative = |path: &Path| -> String {
-                path.strip_prefix(&out_dir)
-                    .unwrap_or(path)
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            let library = relative(&artifacts.library);
-            let weights = artifacts.weights.as_deref().map(relative);
-            let source = model
-                .source
-                .strip_prefix(&manifest_dir)
-                .unwrap_or(&model.source);
-            let origin = format!("`{}`, entry `{}`", source.display(), model.entry);
-            let code = codegen::generate(
-                &artifacts.signature,
-                &origin,
-                &codegen::Embedded {
-                    library: &library,
-                    weights: weights.as_deref(),
-                },
-            )?;
-            compile::write_atomically(
-                &relax_dir.join(format!("{}.rs", model.name)),
-                code.as_bytes(),
-            )?;
-            compiled.push(artifacts);
-        }
-        let runtime_dirs: Vec<String> = toolchain
-            .runtime_library_dirs
-            .iter()
-            .map(|dir| dir.to_string_lossy().into_owned())
-            .collect();
-        cargo::rustc_env(codegen::RUNTIME_DIRS_ENV, &runtime_dirs.join(":"));
-        Ok(compiled)
+        let offline = self.offline.unwrap_or_else(env::offline);
+        let resolver = Resolver::new(
+            self.cache()?,
+            prepared_root,
+            manifest_path,
+            target,
+            tvm_target,
+            offline,
+            metadata.python.clone(),
+        );
+        Ok(Package {
+            manifest_dir,
+            metadata,
+            resolver,
+        })
     }
 
     fn path_or_env(&self, configured: &Option<PathBuf>, variable: &'static str) -> Result<PathBuf> {
@@ -242,15 +376,40 @@ impl Config {
     }
 }
 
+/// Copies a model's artifacts into `relax_dir/<model>/` and generates `relax_dir/<model>.rs`.
+fn materialize(model: &Model, manifest_dir: &Path, artifacts: &Artifacts, relax_dir: &Path) -> Result<CompiledModel> {
+    let model_dir = relax_dir.join(&model.name);
+    cache::copy_artifacts(&artifacts.dir, &artifacts.manifest, &model_dir, true)?;
+    let signature = compile::read_signature(&model.name, &model_dir.join(cache::SIGNATURE))?;
+    let weights = artifacts.manifest.has_weights().then(|| model_dir.join(cache::WEIGHTS));
+    let source = model.source.strip_prefix(manifest_dir).unwrap_or(&model.source);
+    let origin = format!("`{}`, entry `{}`", source.display(), model.entry);
+    let library_path = format!("relax/{}/{}", model.name, cache::LIBRARY);
+    let weights_path = format!("relax/{}/{}", model.name, cache::WEIGHTS);
+    let code = codegen::generate(
+        &signature,
+        &origin,
+        &codegen::Embedded {
+            library: &library_path,
+            weights: weights.as_ref().map(|_| weights_path.as_str()),
+        },
+    )?;
+    std::fs::create_dir_all(relax_dir).map_err(io(format!("creating {}", relax_dir.display())))?;
+    compile::write_atomically(&relax_dir.join(format!("{}.rs", model.name)), code.as_bytes())?;
+    Ok(CompiledModel {
+        name: model.name.clone(),
+        library: model_dir.join(cache::LIBRARY),
+        weights,
+        signature,
+        source: artifacts.source,
+        input_key: artifacts.manifest.input_key.clone(),
+        cache_key: artifacts.manifest.cache_key.clone(),
+    })
+}
+
 /// The build's rustflags (`CARGO_ENCODED_RUSTFLAGS`, separated by `\x1f`).
 fn rustflags() -> Vec<String> {
     std::env::var("CARGO_ENCODED_RUSTFLAGS")
-        .map(|flags| {
-            flags
-                .split('\x1f')
-                .filter(|flag| !flag.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
+        .map(|flags| flags.split('\x1f').filter(|flag| !flag.is_empty()).map(str::to_string).collect())
         .unwrap_or_default()
 }

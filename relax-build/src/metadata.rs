@@ -6,6 +6,7 @@
 //! entry = "DigitsMLP"                     # attribute in the source
 //! weights = "models/digits.safetensors"   # optional: parameter values by name
 //! pipeline = "zero"                       # optional: "zero" (default) or "default"
+//! include = ["models/layers"]             # optional: files/folders the source imports
 //! [package.metadata.relax.models.digits.inputs.forward]
 //! x = "float32[batch, 64]"                # export spec per method, in argument order
 //! ```
@@ -20,16 +21,22 @@ use crate::error::{Error, Result};
 pub const ROOT_KEY: &str = "package.metadata.relax";
 
 /// Everything declared in `[package.metadata.relax]`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Metadata {
     pub models: Vec<Model>,
+    /// `python = "..."`: the interpreter to compile with (after `RELAX_PYTHON`).
+    pub python: Option<PathBuf>,
 }
 
 /// One model, validated, with paths made absolute.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Model {
     pub name: String,
+    /// The package root the relative paths below were given against.
+    pub manifest_dir: PathBuf,
     pub source: PathBuf,
+    /// Extra files and folders the source imports (walked recursively).
+    pub include: Vec<PathBuf>,
     pub entry: String,
     pub weights: Option<PathBuf>,
     pub pipeline: Pipeline,
@@ -96,6 +103,7 @@ pub const DTYPES: &[&str] = &[
 struct RawRelax {
     #[serde(default)]
     models: toml::Table,
+    python: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -106,6 +114,8 @@ struct RawModel {
     weights: Option<String>,
     #[serde(default)]
     pipeline: Pipeline,
+    #[serde(default)]
+    include: Vec<String>,
     #[serde(default)]
     inputs: toml::Table,
 }
@@ -131,7 +141,7 @@ pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Me
         .and_then(|package| package.get("metadata"))
         .and_then(|metadata| metadata.get("relax"));
     let Some(relax) = relax else {
-        return Ok(Metadata { models: Vec::new() });
+        return Ok(Metadata::default());
     };
     let key_error = |key: String, message: String| Error::ManifestKey {
         path: manifest_path.to_path_buf(),
@@ -161,7 +171,15 @@ pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Me
             &key_error,
         )?);
     }
-    Ok(Metadata { models })
+    let python = raw.python.map(|python| {
+        let path = PathBuf::from(&python);
+        if python.contains('/') {
+            manifest_dir.join(path)
+        } else {
+            path
+        }
+    });
+    Ok(Metadata { models, python })
 }
 
 fn deserialize<T: serde::de::DeserializeOwned>(
@@ -277,6 +295,17 @@ fn validate_model(
             Some(path)
         }
     };
+    let mut include = Vec::new();
+    for (index, path) in raw.include.iter().enumerate() {
+        let full = manifest_dir.join(path);
+        if !full.exists() {
+            return Err(key_error(
+                key(&format!("include[{index}]")),
+                format!("`{path}` not found (looked for {}); list files or folders the source imports", full.display()),
+            ));
+        }
+        include.push(full);
+    }
     let mut inputs = Vec::new();
     for (method, arguments) in raw.inputs {
         let method_key = key(&format!("inputs.{method}"));
@@ -306,7 +335,9 @@ fn validate_model(
     }
     Ok(Model {
         name,
+        manifest_dir: manifest_dir.to_path_buf(),
         source: source_path,
+        include,
         entry,
         weights,
         pipeline: raw.pipeline,

@@ -1,24 +1,36 @@
 //! Finding (or provisioning) a Python with the pinned TVM.
 //!
-//! Candidates, in order: `RELAX_PYTHON` (an explicit choice: if it is unusable, that
-//! is the error), the active virtualenv (`VIRTUAL_ENV`), then the managed toolchain,
-//! which is created on first use: a venv under `RELAX_TOOLCHAIN_DIR` with
-//! `apache-tvm==0.27.0.post1` and `apache-tvm-ffi==0.1.14.post1`, made behind a file
-//! lock and marked complete only when the install succeeded (a half-made venv is
-//! removed and made again).
+//! Candidates, in order:
+//!
+//! 1. `RELAX_PYTHON`: an explicit choice; if it is unusable, that is the error;
+//! 2. `python = "..."` in `[package.metadata.relax]`: likewise;
+//! 3. the active virtualenv (`VIRTUAL_ENV`);
+//! 4. the managed toolchain, if it is complete;
+//! 5. `python3` on `PATH`;
+//! 6. otherwise the managed toolchain is provisioned: a venv under `RELAX_TOOLCHAIN_DIR`
+//!    with `apache-tvm==0.27.0.post1` and `apache-tvm-ffi==0.1.14.post1`, made behind a
+//!    file lock and marked complete only when the install succeeded (a half-made venv
+//!    is removed and made again).
 //!
 //! A candidate is probed without importing TVM (which costs over a second): the probe
-//! reads the installed package versions and where their libraries are.
+//! reads the installed package versions and where their libraries and `RECORD` files
+//! are. Probes are cached by interpreter path and modification time, so a build whose
+//! models are all cached starts no Python at all. The toolchain's build hash is the
+//! sha256 of the two wheels' `RECORD` files (which list the sha256 of every installed
+//! file), computed in Rust on every build.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::UNIX_EPOCH;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
+use crate::cache::Cache;
 use crate::cargo;
 use crate::env;
 use crate::error::{io, Error, Result};
+use crate::key::sha256_bytes;
 
 /// The apache-tvm version relax-build supports.
 pub const TVM_VERSION: &str = "0.27.0.post1";
@@ -32,13 +44,27 @@ pub struct Toolchain {
     pub tvm_version: String,
     /// Folders holding `libtvm_ffi.so` and `libtvm_runtime.so`.
     pub runtime_library_dirs: Vec<PathBuf>,
+    /// sha256 over the installed wheels' RECORD files: changes with any TVM rebuild.
+    pub build_hash: String,
+    /// Which candidate it was (`RELAX_PYTHON`, `the managed toolchain`, ...).
+    pub origin: String,
 }
 
-#[derive(Debug, Deserialize)]
+/// What the probe script reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Probe {
     tvm: Option<String>,
     tvm_lib: Option<PathBuf>,
     tvm_ffi_lib: Option<PathBuf>,
+    records: Vec<PathBuf>,
+}
+
+/// A probe remembered for an interpreter of a given modification time.
+#[derive(Debug, Serialize, Deserialize)]
+struct CachedProbe {
+    python: PathBuf,
+    modified_ns: u128,
+    probe: Probe,
 }
 
 const PROBE: &str = r#"
@@ -51,20 +77,49 @@ def version(name):
 def lib_dir(package):
     spec = util.find_spec(package)
     return os.path.join(os.path.dirname(spec.origin), "lib") if spec and spec.origin else None
-print(json.dumps({"tvm": version("apache-tvm"), "tvm_lib": lib_dir("tvm"), "tvm_ffi_lib": lib_dir("tvm_ffi")}))
+def record(name):
+    try:
+        files = metadata.distribution(name).files or []
+    except metadata.PackageNotFoundError:
+        return None
+    paths = [str(f.locate()) for f in files if f.name == "RECORD"]
+    return paths[0] if paths else None
+print(json.dumps({
+    "tvm": version("apache-tvm"),
+    "tvm_lib": lib_dir("tvm"),
+    "tvm_ffi_lib": lib_dir("tvm_ffi"),
+    "records": [r for r in (record("apache-tvm"), record("apache-tvm-ffi")) if r],
+}))
 "#;
 
 /// Finds a Python with the pinned TVM, provisioning the managed toolchain when none is found.
-pub fn find_or_provision() -> Result<Toolchain> {
-    let allow_other_version = env::var(env::ALLOW_TVM_VERSION).is_some_and(|value| value == "1");
+///
+/// `manifest_python` is `python` from `[package.metadata.relax]`; probes are cached in `cache`.
+pub fn find_or_provision(manifest_python: Option<&Path>, cache: &Cache) -> Result<Toolchain> {
+    let allow_other_version = env::flag(env::ALLOW_TVM_VERSION);
+    let probe = |python: &Path, origin: &str| {
+        probe_cached(python, cache, allow_other_version).map(|mut toolchain| {
+            toolchain.origin = origin.to_string();
+            toolchain
+        })
+    };
+    let install = format!("python -m pip install apache-tvm=={TVM_VERSION} apache-tvm-ffi=={TVM_FFI_VERSION}");
     if let Some(python) = env::var(env::PYTHON) {
         let python = PathBuf::from(python);
-        return probe(&python, allow_other_version).map_err(|reason| Error::Toolchain {
+        return probe(&python, "RELAX_PYTHON").map_err(|reason| Error::Toolchain {
             message: format!(
                 "RELAX_PYTHON={} cannot be used: {reason}\n\
-                 Fix: point RELAX_PYTHON at a Python with TVM \
-                 (`python -m pip install apache-tvm=={TVM_VERSION} apache-tvm-ffi=={TVM_FFI_VERSION}`), \
-                 or unset it to let relax-build provision its own toolchain.",
+                 Fix: point RELAX_PYTHON at a Python with TVM (`{install}`), \
+                 or unset it to let relax-build find or provision one.",
+                python.display()
+            ),
+        });
+    }
+    if let Some(python) = manifest_python {
+        return probe(python, "package.metadata.relax.python").map_err(|reason| Error::Toolchain {
+            message: format!(
+                "`package.metadata.relax.python` = {} cannot be used: {reason}\n\
+                 Fix: point it at a Python with TVM (`{install}`), or remove the key.",
                 python.display()
             ),
         });
@@ -72,46 +127,45 @@ pub fn find_or_provision() -> Result<Toolchain> {
     let mut tried = Vec::new();
     if let Some(venv) = env::var(env::VIRTUAL_ENV) {
         let python = Path::new(&venv).join("bin").join("python");
-        match probe(&python, allow_other_version) {
+        match probe(&python, "the active virtualenv") {
             Ok(toolchain) => return Ok(toolchain),
             Err(reason) => tried.push(format!("active virtualenv {}: {reason}", python.display())),
         }
     }
     let managed = managed_dir()?;
-    provision(&managed).map_err(|error| Error::Toolchain {
+    if managed.join(COMPLETE_MARKER).is_file() {
+        match probe(&managed_python(&managed), "the managed toolchain") {
+            Ok(toolchain) => return Ok(toolchain),
+            Err(reason) => tried.push(format!("managed toolchain {}: {reason}", managed.display())),
+        }
+    }
+    if let Some(python) = find_on_path("python3") {
+        match probe(&python, "python3 on PATH") {
+            Ok(toolchain) => return Ok(toolchain),
+            Err(reason) => tried.push(format!("python3 on PATH ({}): {reason}", python.display())),
+        }
+    } else {
+        tried.push("python3 on PATH: not found".to_string());
+    }
+    let failure = |message: String| Error::Toolchain {
         message: format!(
             "no usable Python with apache-tvm {TVM_VERSION} was found, and provisioning one failed.\n\
-             Tried:\n{}  managed toolchain {}: {error}\n\
-             Fix: make sure `python3 -m venv` and `pip` can reach PyPI (or a mirror via PIP_INDEX_URL), \
-             or set RELAX_PYTHON to a Python where you ran \
-             `python -m pip install apache-tvm=={TVM_VERSION} apache-tvm-ffi=={TVM_FFI_VERSION}`.",
+             Tried:\n{}  provisioning the managed toolchain in {}: {message}\n\
+             Fix: make sure `python3 -m venv` works and pip can reach PyPI (or a mirror through \
+             PIP_INDEX_URL), or set RELAX_PYTHON to a Python where you ran `{install}`.",
             tried.iter().map(|line| format!("  {line}\n")).collect::<String>(),
             managed.display()
         ),
-    })?;
-    probe(&managed_python(&managed), allow_other_version).map_err(|reason| Error::Toolchain {
-        message: format!(
-            "the managed toolchain at {} is not usable: {reason}\nFix: delete that folder and build again.",
-            managed.display()
-        ),
-    })
+    };
+    provision(&managed).map_err(|error| failure(error.to_string()))?;
+    probe(&managed_python(&managed), "the managed toolchain (just provisioned)").map_err(failure)
 }
 
 /// The folder of the managed toolchain for the pinned TVM version.
 pub fn managed_dir() -> Result<PathBuf> {
     let root = match env::var(env::TOOLCHAIN_DIR) {
         Some(dir) => PathBuf::from(dir),
-        None => {
-            let cache = env::var(env::XDG_CACHE_HOME)
-                .map(PathBuf::from)
-                .or_else(|| env::var(env::HOME).map(|home| Path::new(&home).join(".cache")))
-                .ok_or_else(|| Error::Toolchain {
-                    message: "cannot place the managed toolchain: neither XDG_CACHE_HOME nor HOME is set; \
-                              set RELAX_TOOLCHAIN_DIR to a writable folder"
-                        .to_string(),
-                })?;
-            cache.join("relax-cargo").join("toolchains")
-        }
+        None => env::user_cache_dir()?.join("relax-cargo").join("toolchains"),
     };
     Ok(root.join(format!("tvm-{TVM_VERSION}")))
 }
@@ -120,8 +174,47 @@ fn managed_python(dir: &Path) -> PathBuf {
     dir.join("bin").join("python")
 }
 
-/// Checks one interpreter; the error says why it cannot be used.
-fn probe(python: &Path, allow_other_version: bool) -> std::result::Result<Toolchain, String> {
+fn find_on_path(program: &str) -> Option<PathBuf> {
+    let path = env::var(env::PATH)?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+fn modified_ns(path: &Path) -> Option<u128> {
+    let modified = std::fs::metadata(path).ok()?.modified().ok()?;
+    Some(modified.duration_since(UNIX_EPOCH).ok()?.as_nanos())
+}
+
+/// Probes an interpreter, reusing a cached probe when the interpreter is unchanged.
+fn probe_cached(python: &Path, cache: &Cache, allow_other_version: bool) -> std::result::Result<Toolchain, String> {
+    let modified = modified_ns(python).ok_or_else(|| format!("{} does not exist", python.display()))?;
+    let cache_path = cache.probe_path(python);
+    let cached = std::fs::read(&cache_path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<CachedProbe>(&bytes).ok())
+        .filter(|cached| cached.python == python && cached.modified_ns == modified)
+        .filter(|cached| cached.probe.records.iter().all(|record| record.is_file()));
+    if let Some(cached) = cached {
+        if let Ok(toolchain) = toolchain_from(python, &cached.probe, allow_other_version) {
+            return Ok(toolchain);
+        }
+    }
+    let probe = run_probe(python)?;
+    let toolchain = toolchain_from(python, &probe, allow_other_version)?;
+    let entry = CachedProbe {
+        python: python.to_path_buf(),
+        modified_ns: modified,
+        probe,
+    };
+    if let Some(parent) = cache_path.parent() {
+        let _ = std::fs::create_dir_all(parent);
+        let _ = crate::compile::write_atomically(&cache_path, &serde_json::to_vec(&entry).expect("probes serialize"));
+    }
+    Ok(toolchain)
+}
+
+fn run_probe(python: &Path) -> std::result::Result<Probe, String> {
     let output = Command::new(python)
         .arg("-c")
         .arg(PROBE)
@@ -133,23 +226,31 @@ fn probe(python: &Path, allow_other_version: bool) -> std::result::Result<Toolch
             String::from_utf8_lossy(&output.stderr).trim()
         ));
     }
-    let probe: Probe = serde_json::from_slice(&output.stdout)
-        .map_err(|error| format!("its version probe printed something unexpected ({error})"))?;
-    let tvm_version = probe.tvm.ok_or("apache-tvm is not installed there")?;
+    serde_json::from_slice(&output.stdout).map_err(|error| format!("its version probe printed something unexpected ({error})"))
+}
+
+fn toolchain_from(python: &Path, probe: &Probe, allow_other_version: bool) -> std::result::Result<Toolchain, String> {
+    let tvm_version = probe.tvm.clone().ok_or("apache-tvm is not installed there")?;
     if tvm_version != TVM_VERSION && !allow_other_version {
         return Err(format!(
             "it has apache-tvm {tvm_version}, but relax-build supports {TVM_VERSION} \
              (set RELAX_ALLOW_TVM_VERSION=1 to try it anyway)"
         ));
     }
-    let runtime_library_dirs = [probe.tvm_ffi_lib, probe.tvm_lib]
+    let runtime_library_dirs = [probe.tvm_ffi_lib.clone(), probe.tvm_lib.clone()]
         .into_iter()
         .collect::<Option<Vec<_>>>()
         .ok_or("the tvm or tvm_ffi package has no lib folder")?;
+    let mut records = Vec::new();
+    for record in &probe.records {
+        records.extend(std::fs::read(record).map_err(|error| format!("cannot read {} ({error})", record.display()))?);
+    }
     Ok(Toolchain {
         python: python.to_path_buf(),
         tvm_version,
         runtime_library_dirs,
+        build_hash: sha256_bytes(&records),
+        origin: String::new(),
     })
 }
 
@@ -162,26 +263,20 @@ fn provision(dir: &Path) -> Result<()> {
     }
     let parent = dir.parent().expect("the toolchain dir has a parent");
     std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
-    let lock_path = parent.join(format!(
-        "{}.lock",
-        dir.file_name().unwrap_or_default().to_string_lossy()
-    ));
+    let lock_path = parent.join(format!("{}.lock", dir.file_name().unwrap_or_default().to_string_lossy()));
     let lock = File::create(&lock_path).map_err(io(format!("creating {}", lock_path.display())))?;
     if lock.try_lock().is_err() {
         cargo::warning(&format!(
             "relax-build: another build is provisioning the TVM toolchain; waiting for {}",
             lock_path.display()
         ));
-        lock.lock()
-            .map_err(io(format!("locking {}", lock_path.display())))?;
+        lock.lock().map_err(io(format!("locking {}", lock_path.display())))?;
     }
     if dir.join(COMPLETE_MARKER).is_file() {
         return Ok(());
     }
     if dir.exists() {
-        cargo::warning(
-            "relax-build: removing a half-made toolchain left by an interrupted install",
-        );
+        cargo::warning("relax-build: removing a half-made toolchain left by an interrupted install");
         std::fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
     }
     let bootstrap = env::var(env::BOOTSTRAP_PYTHON).unwrap_or_else(|| "python3".into());
@@ -191,35 +286,21 @@ fn provision(dir: &Path) -> Result<()> {
     ));
     run(
         Command::new(&bootstrap).arg("-m").arg("venv").arg(dir),
-        &format!(
-            "`{} -m venv {}`",
-            bootstrap.to_string_lossy(),
-            dir.display()
-        ),
+        &format!("`{} -m venv {}`", bootstrap.to_string_lossy(), dir.display()),
     )?;
     cargo::warning(&format!(
         "relax-build: installing apache-tvm=={TVM_VERSION} apache-tvm-ffi=={TVM_FFI_VERSION} with pip"
     ));
     run(
         Command::new(managed_python(dir))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "--quiet",
-            ])
+            .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--quiet"])
             .arg(format!("apache-tvm=={TVM_VERSION}"))
             .arg(format!("apache-tvm-ffi=={TVM_FFI_VERSION}")),
         "pip install of the pinned TVM",
     )?;
     let marker = dir.join(COMPLETE_MARKER);
-    std::fs::write(
-        &marker,
-        format!("apache-tvm=={TVM_VERSION}\napache-tvm-ffi=={TVM_FFI_VERSION}\n"),
-    )
-    .map_err(io(format!("writing {}", marker.display())))?;
+    std::fs::write(&marker, format!("apache-tvm=={TVM_VERSION}\napache-tvm-ffi=={TVM_FFI_VERSION}\n"))
+        .map_err(io(format!("writing {}", marker.display())))?;
     cargo::warning("relax-build: the managed TVM toolchain is ready");
     Ok(())
 }
@@ -240,4 +321,24 @@ fn run(command: &mut Command, what: &str) -> Result<()> {
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         ),
     })
+}
+
+/// Runtime library folders known without starting Python: those of a cached probe of
+/// `RELAX_PYTHON`, the manifest's `python`, or the managed toolchain, if they exist.
+pub fn known_runtime_library_dirs(manifest_python: Option<&Path>, cache: &Cache) -> Vec<PathBuf> {
+    let mut candidates: Vec<PathBuf> = env::var(env::PYTHON).map(PathBuf::from).into_iter().collect();
+    candidates.extend(manifest_python.map(Path::to_path_buf));
+    if let Ok(managed) = managed_dir() {
+        candidates.push(managed_python(&managed));
+    }
+    candidates
+        .iter()
+        .filter_map(|python| {
+            let bytes = std::fs::read(cache.probe_path(python)).ok()?;
+            let cached: CachedProbe = serde_json::from_slice(&bytes).ok()?;
+            let dirs = [cached.probe.tvm_ffi_lib?, cached.probe.tvm_lib?];
+            dirs.iter().all(|dir| dir.is_dir()).then(|| dirs.to_vec())
+        })
+        .next()
+        .unwrap_or_default()
 }

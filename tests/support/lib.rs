@@ -63,7 +63,8 @@ pub fn assert_success(output: &Output, what: &str) {
 pub fn toolchain_python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
-        relax_build::toolchain::find_or_provision()
+        let cache = relax_build::Config::new().cache().expect("a cache folder");
+        relax_build::toolchain::find_or_provision(None, &cache)
             .unwrap_or_else(|error| panic!("no TVM toolchain for the tests: {error}"))
             .python
     })

@@ -38,7 +38,7 @@ pub mod pair {
         runtime_library_dirs: env!("RELAX_BUILD_RUNTIME_LIBRARY_DIRS"),
     };
 
-    static LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/relax/pair/pair.so"));
+    static LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/relax/pair/library.so"));
     static WEIGHTS: Option<&[u8]> = None;
 
     /// The `pair` model, loaded with its weights and ready to call.

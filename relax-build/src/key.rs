@@ -1,0 +1,210 @@
+//! The content-addressed key of a model: a sha256 over everything that can change
+//! its compiled output.
+//!
+//! Each input is recorded under a label, so that a stale artifact can say what changed:
+//!
+//! | label | what |
+//! |---|---|
+//! | `source:<path>` | the model source file's content (path relative to the package root) |
+//! | `include:<path>` | each file under the model's `include` files and folders |
+//! | `weights` | the weights file's content |
+//! | `manifest` | the manifest entry after defaults (name, entry, pipeline, inputs) |
+//! | `target` | the resolved TVM target dict |
+//! | `driver` | the compile driver's source |
+//! | `relax-build` | relax-build's version |
+//! | `tvm` | the pinned apache-tvm version |
+//!
+//! The *input key* hashes these and needs no Python, so prepared artifacts are checked
+//! with it on machines without TVM. The *cache key* adds the toolchain's build hash
+//! (the sha256 of the installed wheels' RECORD files), so a different TVM build never
+//! serves stale code from the cache.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::compile::DRIVER_SOURCE;
+use crate::error::{io, Result};
+use crate::metadata::{Model, SpecDim};
+use crate::toolchain::TVM_VERSION;
+
+/// The labeled inputs of a model's key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct KeyInputs {
+    parts: BTreeMap<String, String>,
+}
+
+impl KeyInputs {
+    /// Hashes every input of `model` compiled for `target`.
+    pub fn of(model: &Model, target: &serde_json::Value) -> Result<KeyInputs> {
+        let mut parts = BTreeMap::new();
+        parts.insert(format!("source:{}", relative(model, &model.source)), sha256_file(&model.source)?);
+        for file in include_files(model)? {
+            parts.insert(format!("include:{}", relative(model, &file)), sha256_file(&file)?);
+        }
+        if let Some(weights) = &model.weights {
+            parts.insert("weights".to_string(), sha256_file(weights)?);
+        }
+        let inputs: Vec<_> = model
+            .inputs
+            .iter()
+            .map(|method| {
+                let arguments: Vec<_> = method
+                    .arguments
+                    .iter()
+                    .map(|(name, spec)| {
+                        let dims: Vec<String> = spec
+                            .shape
+                            .iter()
+                            .map(|dim| match dim {
+                                SpecDim::Static(size) => size.to_string(),
+                                SpecDim::Symbolic(name) => name.clone(),
+                            })
+                            .collect();
+                        json!([name, spec.dtype, dims])
+                    })
+                    .collect();
+                json!([method.method, arguments])
+            })
+            .collect();
+        let entry = json!({
+            "name": model.name,
+            "entry": model.entry,
+            "pipeline": model.pipeline.as_str(),
+            "inputs": inputs,
+        });
+        parts.insert("manifest".to_string(), sha256_bytes(entry.to_string().as_bytes()));
+        parts.insert("target".to_string(), sha256_bytes(target.to_string().as_bytes()));
+        parts.insert("driver".to_string(), sha256_bytes(DRIVER_SOURCE.as_bytes()));
+        parts.insert("relax-build".to_string(), env!("CARGO_PKG_VERSION").to_string());
+        parts.insert("tvm".to_string(), TVM_VERSION.to_string());
+        Ok(KeyInputs { parts })
+    }
+
+    /// The key over the inputs alone (no toolchain needed to compute it).
+    pub fn input_key(&self) -> String {
+        let mut hasher = Sha256::new();
+        for (label, value) in &self.parts {
+            hasher.update(label.as_bytes());
+            hasher.update(b"=");
+            hasher.update(value.as_bytes());
+            hasher.update(b"\n");
+        }
+        hex(&hasher.finalize())
+    }
+
+    /// The cache key: the input key and the toolchain's build hash.
+    pub fn cache_key(&self, toolchain_hash: &str) -> String {
+        sha256_bytes(format!("{}\ntoolchain={toolchain_hash}\n", self.input_key()).as_bytes())
+    }
+
+    /// What differs from `recorded`, one phrase per input (`models/mlp.py changed`).
+    pub fn differences(&self, recorded: &KeyInputs) -> Vec<String> {
+        let mut changes = Vec::new();
+        for (label, value) in &self.parts {
+            match recorded.parts.get(label) {
+                None => changes.push(format!("{} is new", describe(label))),
+                Some(old) if old != value => changes.push(format!("{} changed", describe(label))),
+                Some(_) => {}
+            }
+        }
+        for label in recorded.parts.keys() {
+            if !self.parts.contains_key(label) {
+                changes.push(format!("{} is gone", describe(label)));
+            }
+        }
+        changes
+    }
+}
+
+fn describe(label: &str) -> String {
+    match label.split_once(':') {
+        Some((_, path)) => format!("`{path}`"),
+        None => match label {
+            "manifest" => "the manifest entry".to_string(),
+            "target" => "the TVM target".to_string(),
+            "driver" => "the compile driver (relax-build)".to_string(),
+            "relax-build" => "relax-build's version".to_string(),
+            "tvm" => "the pinned TVM version".to_string(),
+            other => format!("the {other}"),
+        },
+    }
+}
+
+fn relative(model: &Model, path: &Path) -> String {
+    path.strip_prefix(&model.manifest_dir)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .replace('\\', "/")
+}
+
+/// Every file under the model's `include` paths, sorted, without Python bytecode caches.
+pub fn include_files(model: &Model) -> Result<Vec<std::path::PathBuf>> {
+    let mut files = Vec::new();
+    for path in &model.include {
+        for entry in walkdir::WalkDir::new(path).sort_by_file_name() {
+            let entry = entry.map_err(|error| crate::Error::Io {
+                context: format!("walking {}", path.display()),
+                source: error.into(),
+            })?;
+            let skipped = entry.path().components().any(|part| part.as_os_str() == "__pycache__")
+                || entry.path().extension().is_some_and(|ext| ext == "pyc");
+            if entry.file_type().is_file() && !skipped {
+                files.push(entry.into_path());
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// The sha256 of a file's content, as hex.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut file = std::fs::File::open(path).map_err(io(format!("reading {}", path.display())))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).map_err(io(format!("reading {}", path.display())))?;
+    Ok(hex(&hasher.finalize()))
+}
+
+/// The sha256 of bytes, as hex.
+pub fn sha256_bytes(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(parts: &[(&str, &str)]) -> KeyInputs {
+        KeyInputs {
+            parts: parts.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    #[test]
+    fn keys_change_with_any_input_and_with_the_toolchain() {
+        let a = inputs(&[("source:m.py", "1"), ("target", "t")]);
+        let b = inputs(&[("source:m.py", "2"), ("target", "t")]);
+        assert_ne!(a.input_key(), b.input_key());
+        assert_eq!(a.input_key(), a.clone().input_key());
+        assert_ne!(a.cache_key("tvm-build-1"), a.cache_key("tvm-build-2"));
+        assert_eq!(a.input_key().len(), 64);
+    }
+
+    #[test]
+    fn differences_name_what_changed() {
+        let recorded = inputs(&[("source:models/m.py", "1"), ("weights", "w"), ("include:models/old.py", "x")]);
+        let current = inputs(&[("source:models/m.py", "2"), ("weights", "w"), ("include:models/new.py", "y")]);
+        assert_eq!(
+            current.differences(&recorded),
+            ["`models/new.py` is new", "`models/m.py` changed", "`models/old.py` is gone"]
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! Where a model's artifacts come from: a fresh prepared artifact, the cache, or a
+//! compile with the toolchain, in that order.
+//!
+//! Offline (`RELAX_OFFLINE=1`, `CARGO_NET_OFFLINE=true`), only prepared artifacts are
+//! used, and neither Python nor the network is touched. Otherwise a stale or tampered
+//! prepared artifact is reported as a warning and the model is compiled; the
+//! toolchain is looked up only when a model needs it.
+
+use std::cell::OnceCell;
+use std::path::PathBuf;
+
+use crate::cache::{self, ArtifactManifest, Cache};
+use crate::cargo;
+use crate::compile;
+use crate::error::{Error, Result};
+use crate::key::KeyInputs;
+use crate::metadata::Model;
+use crate::prepared::{self, Prepared};
+use crate::toolchain::{self, Toolchain};
+
+/// Where a model's artifacts came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArtifactSource {
+    /// The package's prepared folder (`.relax/`).
+    Prepared,
+    /// A valid entry of the shared cache.
+    Cache,
+    /// Compiled now (and stored in the cache).
+    Compiled,
+}
+
+/// A model's verified artifacts: their folder and manifest.
+#[derive(Debug, Clone)]
+pub struct Artifacts {
+    pub dir: PathBuf,
+    pub manifest: ArtifactManifest,
+    pub source: ArtifactSource,
+}
+
+/// Resolves the artifacts of each model of one package for one target.
+pub struct Resolver {
+    pub cache: Cache,
+    pub prepared_root: PathBuf,
+    pub manifest_path: PathBuf,
+    pub cargo_target: String,
+    pub tvm_target: serde_json::Value,
+    pub offline: bool,
+    pub manifest_python: Option<PathBuf>,
+    toolchain: OnceCell<std::result::Result<Toolchain, String>>,
+}
+
+impl Resolver {
+    pub fn new(
+        cache: Cache,
+        prepared_root: PathBuf,
+        manifest_path: PathBuf,
+        cargo_target: String,
+        tvm_target: serde_json::Value,
+        offline: bool,
+        manifest_python: Option<PathBuf>,
+    ) -> Resolver {
+        Resolver {
+            cache,
+            prepared_root,
+            manifest_path,
+            cargo_target,
+            tvm_target,
+            offline,
+            manifest_python,
+            toolchain: OnceCell::new(),
+        }
+    }
+
+    /// The toolchain, found (or provisioned) on first use; its failure is kept as text.
+    pub fn toolchain(&self) -> std::result::Result<&Toolchain, String> {
+        self.toolchain
+            .get_or_init(|| {
+                toolchain::find_or_provision(self.manifest_python.as_deref(), &self.cache).map_err(|error| error.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The toolchain, if it was needed by this build.
+    pub fn resolved_toolchain(&self) -> Option<&Toolchain> {
+        self.toolchain.get().and_then(|result| result.as_ref().ok())
+    }
+
+    /// The command that prepares artifacts for this package and target.
+    pub fn prepare_command(&self) -> String {
+        format!(
+            "cargo relax prepare --manifest-path {} --target {}",
+            self.manifest_path.display(),
+            self.cargo_target
+        )
+    }
+
+    /// The artifacts of `model`: prepared, cached, or compiled now.
+    pub fn resolve(&self, model: &Model, inputs: &KeyInputs) -> Result<Artifacts> {
+        let state = prepared::check(&self.prepared_root, &model.name, &self.cargo_target, inputs);
+        let prepared_dir = prepared::dir(&self.prepared_root, &model.name, &self.cargo_target);
+        let problem = match state {
+            Prepared::Fresh(manifest) => {
+                return Ok(Artifacts {
+                    dir: prepared_dir,
+                    manifest,
+                    source: ArtifactSource::Prepared,
+                })
+            }
+            Prepared::Missing => None,
+            Prepared::Stale(changes) => Some(format!("is stale ({})", changes.join(", "))),
+            Prepared::Tampered(reason) => Some(format!("is refused: {reason}")),
+        };
+        let describe = |problem: &Option<String>| match problem {
+            Some(problem) => format!("the prepared artifact {} {problem}", prepared_dir.display()),
+            None => format!("there is no prepared artifact in {}", prepared_dir.display()),
+        };
+        if self.offline {
+            return Err(Error::Model {
+                model: model.name.clone(),
+                key: None,
+                message: format!(
+                    "{}, and offline builds (RELAX_OFFLINE=1 or CARGO_NET_OFFLINE=true) use only prepared artifacts.\n\
+                     Fix: run `{}` on a machine with Python (or build online), then commit {}",
+                    describe(&problem),
+                    self.prepare_command(),
+                    self.prepared_root.display()
+                ),
+                detail: String::new(),
+            });
+        }
+        if let Some(problem) = &problem {
+            cargo::warning(&format!(
+                "relax-build: model `{}`: {}; compiling it instead (run `{}` to refresh it)",
+                model.name,
+                describe(&Some(problem.clone())),
+                self.prepare_command()
+            ));
+        }
+        let toolchain = self.toolchain().map_err(|message| Error::Toolchain {
+            message: format!(
+                "model `{}`: {}, and no TVM toolchain is usable to compile it.\n{message}\n\
+                 Or: run `{}` on a machine with TVM and commit {}",
+                model.name,
+                describe(&problem),
+                self.prepare_command(),
+                self.prepared_root.display()
+            ),
+        })?;
+        self.compile_cached(model, inputs, toolchain)
+    }
+
+    /// The cache entry of `model`, compiling it if there is none.
+    pub fn compile_cached(&self, model: &Model, inputs: &KeyInputs, toolchain: &Toolchain) -> Result<Artifacts> {
+        let cache_key = inputs.cache_key(&toolchain.build_hash);
+        let mut compiled = false;
+        let manifest = self.cache.get_or_insert(&cache_key, |dir| {
+            compiled = true;
+            compile::compile(model, toolchain, &self.tvm_target, &self.cache.driver()?, dir)?;
+            Ok(ArtifactManifest {
+                model: model.name.clone(),
+                target: self.cargo_target.clone(),
+                input_key: inputs.input_key(),
+                cache_key: cache_key.clone(),
+                inputs: inputs.clone(),
+                tvm_version: toolchain.tvm_version.clone(),
+                toolchain_hash: toolchain.build_hash.clone(),
+                artifacts: cache::hash_artifacts(dir)?,
+            })
+        })?;
+        Ok(Artifacts {
+            dir: self.cache.entry_dir(&cache_key),
+            manifest,
+            source: if compiled { ArtifactSource::Compiled } else { ArtifactSource::Cache },
+        })
+    }
+}
