@@ -18,7 +18,9 @@ fn provisions_once_behind_a_lock_and_replaces_a_half_made_toolchain() {
     let managed = toolchain::managed_dir().unwrap();
     assert_eq!(
         managed,
-        temp.path().join(format!("tvm-{}", toolchain::TVM_VERSION))
+        temp.path()
+            .join("toolchains")
+            .join(format!("tvm-{}", toolchain::TVM_VERSION))
     );
     let cache = relax_build::Cache::new(temp.path().join("cache"));
     std::fs::create_dir_all(managed.join("bin")).unwrap();
@@ -27,7 +29,9 @@ fn provisions_once_behind_a_lock_and_replaces_a_half_made_toolchain() {
     let builds: Vec<_> = (0..2)
         .map(|_| {
             let cache = cache.clone();
-            std::thread::spawn(move || toolchain::find_or_provision(None, &cache).map(|found| found.python))
+            std::thread::spawn(move || {
+                toolchain::find_or_provision(None, &cache).map(|found| found.python)
+            })
         })
         .collect();
     let pythons: Vec<PathBuf> = builds

@@ -54,7 +54,12 @@ struct PackageArgs {
     #[arg(long, value_name = "PATH")]
     manifest_path: Option<PathBuf>,
     /// The package, by name, in the current workspace.
-    #[arg(short = 'p', long = "package", value_name = "NAME", conflicts_with = "manifest_path")]
+    #[arg(
+        short = 'p',
+        long = "package",
+        value_name = "NAME",
+        conflicts_with = "manifest_path"
+    )]
     package: Option<String>,
 }
 
@@ -82,7 +87,11 @@ fn run(command: Command_) -> Result<ExitCode, String> {
             check,
         } => {
             let manifest_dir = package.manifest_dir()?;
-            let targets = if targets.is_empty() { vec![host_triple()?] } else { targets };
+            let targets = if targets.is_empty() {
+                vec![host_triple()?]
+            } else {
+                targets
+            };
             if check {
                 check_prepared(&manifest_dir, &targets)
             } else {
@@ -98,7 +107,10 @@ fn run(command: Command_) -> Result<ExitCode, String> {
             info(&manifest_dir, &target)
         }
         Command_::Clean => {
-            let cache = Config::new().cargo_directives(false).cache().map_err(|error| error.to_string())?;
+            let cache = Config::new()
+                .cargo_directives(false)
+                .cache()
+                .map_err(|error| error.to_string())?;
             let size = cache.size();
             cache.clean().map_err(|error| error.to_string())?;
             println!("removed {} ({})", cache.root().display(), human_size(size));
@@ -117,13 +129,19 @@ fn config(manifest_dir: &Path, target: &str) -> Result<Config, String> {
 
 fn prepare(manifest_dir: &Path, targets: &[String]) -> Result<ExitCode, String> {
     for target in targets {
-        let prepared = config(manifest_dir, target)?.prepare().map_err(|error| error.to_string())?;
+        let prepared = config(manifest_dir, target)?
+            .prepare()
+            .map_err(|error| error.to_string())?;
         for model in prepared {
             let how = match model.source {
                 ArtifactSource::Cache => "from the cache",
                 _ => "compiled",
             };
-            println!("prepared `{}` for {target} ({how}): {}", model.name, model.dir.display());
+            println!(
+                "prepared `{}` for {target} ({how}): {}",
+                model.name,
+                model.dir.display()
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -132,7 +150,10 @@ fn prepare(manifest_dir: &Path, targets: &[String]) -> Result<ExitCode, String> 
 fn check_prepared(manifest_dir: &Path, targets: &[String]) -> Result<ExitCode, String> {
     let mut stale = Vec::new();
     for target in targets {
-        for (model, state) in config(manifest_dir, target)?.check_prepared().map_err(|error| error.to_string())? {
+        for (model, state) in config(manifest_dir, target)?
+            .check_prepared()
+            .map_err(|error| error.to_string())?
+        {
             match state {
                 Prepared::Fresh(_) => println!("ok     `{model}` ({target})"),
                 Prepared::Missing => {
@@ -154,7 +175,10 @@ fn check_prepared(manifest_dir: &Path, targets: &[String]) -> Result<ExitCode, S
         return Ok(ExitCode::SUCCESS);
     }
     stale.dedup();
-    let targets: String = stale.iter().map(|target| format!(" --target {target}")).collect();
+    let targets: String = stale
+        .iter()
+        .map(|target| format!(" --target {target}"))
+        .collect();
     eprintln!(
         "error: {} prepared artifact(s) do not match the current sources and settings; run `cargo relax prepare --manifest-path {}{targets}` and commit {}",
         stale.len(),
@@ -176,10 +200,19 @@ fn info(manifest_dir: &Path, target: &str) -> Result<ExitCode, String> {
             toolchain.tvm_version,
             &toolchain.build_hash[..12]
         ),
-        None => println!("toolchain: none usable (offline, or no Python with TVM); cache keys unknown"),
+        None => {
+            println!("toolchain: none usable (offline, or no Python with TVM); cache keys unknown")
+        }
     }
-    println!("cache: {} ({})", cache.root().display(), human_size(cache.size()));
-    println!("package: {} (target {target})", manifest_dir.join("Cargo.toml").display());
+    println!(
+        "cache: {} ({})",
+        cache.root().display(),
+        human_size(cache.size())
+    );
+    println!(
+        "package: {} (target {target})",
+        manifest_dir.join("Cargo.toml").display()
+    );
     if models.is_empty() {
         println!("no models declared in [package.metadata.relax.models]");
     }
@@ -195,7 +228,11 @@ fn info(manifest_dir: &Path, target: &str) -> Result<ExitCode, String> {
             (Some(key), false) => format!("not cached (key {})", &key[..12]),
             (None, _) => "cache key unknown".to_string(),
         };
-        println!("model `{}`: input key {}, {cached}, {prepared}", model.name, &model.input_key[..12]);
+        println!(
+            "model `{}`: input key {}, {cached}, {prepared}",
+            model.name,
+            &model.input_key[..12]
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -204,14 +241,16 @@ impl PackageArgs {
     /// The folder of the selected package's Cargo.toml.
     fn manifest_dir(&self) -> Result<PathBuf, String> {
         if let Some(path) = &self.manifest_path {
-            let path = std::fs::canonicalize(path).map_err(|error| format!("--manifest-path {}: {error}", path.display()))?;
+            let path = std::fs::canonicalize(path)
+                .map_err(|error| format!("--manifest-path {}: {error}", path.display()))?;
             return Ok(path.parent().expect("a file has a parent").to_path_buf());
         }
         let metadata = cargo_output(&["metadata", "--format-version", "1", "--no-deps"])?;
-        let metadata: serde_json::Value =
-            serde_json::from_str(&metadata).map_err(|error| format!("cargo metadata printed invalid JSON: {error}"))?;
+        let metadata: serde_json::Value = serde_json::from_str(&metadata)
+            .map_err(|error| format!("cargo metadata printed invalid JSON: {error}"))?;
         let packages = metadata["packages"].as_array().cloned().unwrap_or_default();
-        let manifest_of = |package: &serde_json::Value| package["manifest_path"].as_str().map(PathBuf::from);
+        let manifest_of =
+            |package: &serde_json::Value| package["manifest_path"].as_str().map(PathBuf::from);
         let chosen = match &self.package {
             Some(name) => packages
                 .iter()
@@ -225,10 +264,15 @@ impl PackageArgs {
                     .filter_map(manifest_of)
                     .filter(|manifest| current.starts_with(manifest.parent().unwrap()))
                     .max_by_key(|manifest| manifest.components().count())
-                    .ok_or("the current folder is in no package; pass -p NAME or --manifest-path PATH")?
+                    .ok_or(
+                        "the current folder is in no package; pass -p NAME or --manifest-path PATH",
+                    )?
             }
         };
-        Ok(chosen.parent().expect("a manifest has a folder").to_path_buf())
+        Ok(chosen
+            .parent()
+            .expect("a manifest has a folder")
+            .to_path_buf())
     }
 }
 
@@ -252,7 +296,11 @@ fn cargo_output(arguments: &[&str]) -> Result<String, String> {
         .output()
         .map_err(|error| format!("running cargo: {error}"))?;
     if !output.status.success() {
-        return Err(format!("`cargo {}` failed: {}", arguments.join(" "), String::from_utf8_lossy(&output.stderr).trim()));
+        return Err(format!(
+            "`cargo {}` failed: {}",
+            arguments.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }

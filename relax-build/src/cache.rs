@@ -53,9 +53,10 @@ impl ArtifactManifest {
 /// Reads `dir/manifest.json` and checks every artifact against its sha256.
 /// The error says what is wrong, for a message.
 pub fn verify(dir: &Path) -> std::result::Result<ArtifactManifest, String> {
-    let text = std::fs::read(dir.join(MANIFEST)).map_err(|error| format!("{MANIFEST} is unreadable ({error})"))?;
-    let manifest: ArtifactManifest =
-        serde_json::from_slice(&text).map_err(|error| format!("{MANIFEST} is not valid ({error})"))?;
+    let text = std::fs::read(dir.join(MANIFEST))
+        .map_err(|error| format!("{MANIFEST} is unreadable ({error})"))?;
+    let manifest: ArtifactManifest = serde_json::from_slice(&text)
+        .map_err(|error| format!("{MANIFEST} is not valid ({error})"))?;
     for required in [LIBRARY, SIGNATURE] {
         if !manifest.artifacts.contains_key(required) {
             return Err(format!("{MANIFEST} lists no {required}"));
@@ -84,7 +85,12 @@ pub fn hash_artifacts(dir: &Path) -> Result<BTreeMap<String, String>> {
 
 /// Copies the artifacts listed in `manifest` from `from` into `to`; with `link`, hard
 /// links where the file system allows (for OUT_DIR, which nothing edits in place).
-pub fn copy_artifacts(from: &Path, manifest: &ArtifactManifest, to: &Path, link: bool) -> Result<()> {
+pub fn copy_artifacts(
+    from: &Path,
+    manifest: &ArtifactManifest,
+    to: &Path,
+    link: bool,
+) -> Result<()> {
     std::fs::create_dir_all(to).map_err(io(format!("creating {}", to.display())))?;
     for file in manifest.artifacts.keys() {
         let source = from.join(file);
@@ -92,10 +98,14 @@ pub fn copy_artifacts(from: &Path, manifest: &ArtifactManifest, to: &Path, link:
         let temporary = to.join(format!("{file}.tmp"));
         let _ = std::fs::remove_file(&temporary);
         if !link || std::fs::hard_link(&source, &temporary).is_err() {
-            std::fs::copy(&source, &temporary)
-                .map_err(io(format!("copying {} to {}", source.display(), temporary.display())))?;
+            std::fs::copy(&source, &temporary).map_err(io(format!(
+                "copying {} to {}",
+                source.display(),
+                temporary.display()
+            )))?;
         }
-        std::fs::rename(&temporary, &destination).map_err(io(format!("renaming {} into place", destination.display())))?;
+        std::fs::rename(&temporary, &destination)
+            .map_err(io(format!("renaming {} into place", destination.display())))?;
     }
     Ok(())
 }
@@ -165,17 +175,23 @@ impl Cache {
         let entries = self.root.join("entries");
         std::fs::create_dir_all(&entries).map_err(io(format!("creating {}", entries.display())))?;
         let lock_path = entries.join(format!("{cache_key}.lock"));
-        let lock = File::create(&lock_path).map_err(io(format!("creating {}", lock_path.display())))?;
-        lock.lock().map_err(io(format!("locking {}", lock_path.display())))?;
+        let lock =
+            File::create(&lock_path).map_err(io(format!("creating {}", lock_path.display())))?;
+        lock.lock()
+            .map_err(io(format!("locking {}", lock_path.display())))?;
         if let Some(manifest) = self.get(cache_key)? {
             return Ok(manifest);
         }
         let temporary = self.temporary_dir(cache_key)?;
         let result = build(&temporary).and_then(|manifest| {
             let text = serde_json::to_string_pretty(&manifest).expect("manifests serialize");
-            std::fs::write(temporary.join(MANIFEST), text).map_err(io("writing a cache manifest"))?;
+            std::fs::write(temporary.join(MANIFEST), text)
+                .map_err(io("writing a cache manifest"))?;
             let dir = self.entry_dir(cache_key);
-            std::fs::rename(&temporary, &dir).map_err(io(format!("renaming a new cache entry to {}", dir.display())))?;
+            std::fs::rename(&temporary, &dir).map_err(io(format!(
+                "renaming a new cache entry to {}",
+                dir.display()
+            )))?;
             Ok(manifest)
         });
         if result.is_err() {
@@ -210,7 +226,9 @@ impl Cache {
     /// Where the probe of an interpreter is cached.
     pub fn probe_path(&self, python: &Path) -> PathBuf {
         let name = sha256_bytes(python.as_os_str().as_encoded_bytes());
-        self.root.join("probes").join(format!("{}.json", &name[..16]))
+        self.root
+            .join("probes")
+            .join(format!("{}.json", &name[..16]))
     }
 
     /// Total size of the cache in bytes.

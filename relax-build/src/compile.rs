@@ -60,7 +60,8 @@ pub fn compile(
     }
     let signature = read_signature(&model.name, &model_dir.join(SIGNATURE))?;
     copy_weights(model, &signature, model_dir)?;
-    std::fs::remove_file(&request_path).map_err(io(format!("removing {}", request_path.display())))?;
+    std::fs::remove_file(&request_path)
+        .map_err(io(format!("removing {}", request_path.display())))?;
     Ok(())
 }
 

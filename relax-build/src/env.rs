@@ -42,7 +42,8 @@ pub fn var(name: &str) -> Option<OsString> {
 
 /// Whether a variable is set to a true-ish value (`1`, `true`, `yes`).
 pub fn flag(name: &str) -> bool {
-    var(name).is_some_and(|value| matches!(value.to_str(), Some("1" | "true" | "yes" | "TRUE" | "True")))
+    var(name)
+        .is_some_and(|value| matches!(value.to_str(), Some("1" | "true" | "yes" | "TRUE" | "True")))
 }
 
 /// Whether builds must not start Python or touch the network.

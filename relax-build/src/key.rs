@@ -42,9 +42,15 @@ impl KeyInputs {
     /// Hashes every input of `model` compiled for `target`.
     pub fn of(model: &Model, target: &serde_json::Value) -> Result<KeyInputs> {
         let mut parts = BTreeMap::new();
-        parts.insert(format!("source:{}", relative(model, &model.source)), sha256_file(&model.source)?);
+        parts.insert(
+            format!("source:{}", relative(model, &model.source)),
+            sha256_file(&model.source)?,
+        );
         for file in include_files(model)? {
-            parts.insert(format!("include:{}", relative(model, &file)), sha256_file(&file)?);
+            parts.insert(
+                format!("include:{}", relative(model, &file)),
+                sha256_file(&file)?,
+            );
         }
         if let Some(weights) = &model.weights {
             parts.insert("weights".to_string(), sha256_file(weights)?);
@@ -77,10 +83,19 @@ impl KeyInputs {
             "pipeline": model.pipeline.as_str(),
             "inputs": inputs,
         });
-        parts.insert("manifest".to_string(), sha256_bytes(entry.to_string().as_bytes()));
-        parts.insert("target".to_string(), sha256_bytes(target.to_string().as_bytes()));
+        parts.insert(
+            "manifest".to_string(),
+            sha256_bytes(entry.to_string().as_bytes()),
+        );
+        parts.insert(
+            "target".to_string(),
+            sha256_bytes(target.to_string().as_bytes()),
+        );
         parts.insert("driver".to_string(), sha256_bytes(DRIVER_SOURCE.as_bytes()));
-        parts.insert("relax-build".to_string(), env!("CARGO_PKG_VERSION").to_string());
+        parts.insert(
+            "relax-build".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        );
         parts.insert("tvm".to_string(), TVM_VERSION.to_string());
         Ok(KeyInputs { parts })
     }
@@ -151,7 +166,10 @@ pub fn include_files(model: &Model) -> Result<Vec<std::path::PathBuf>> {
                 context: format!("walking {}", path.display()),
                 source: error.into(),
             })?;
-            let skipped = entry.path().components().any(|part| part.as_os_str() == "__pycache__")
+            let skipped = entry
+                .path()
+                .components()
+                .any(|part| part.as_os_str() == "__pycache__")
                 || entry.path().extension().is_some_and(|ext| ext == "pyc");
             if entry.file_type().is_file() && !skipped {
                 files.push(entry.into_path());
@@ -184,7 +202,10 @@ mod tests {
 
     fn inputs(parts: &[(&str, &str)]) -> KeyInputs {
         KeyInputs {
-            parts: parts.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            parts: parts
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         }
     }
 
@@ -200,11 +221,23 @@ mod tests {
 
     #[test]
     fn differences_name_what_changed() {
-        let recorded = inputs(&[("source:models/m.py", "1"), ("weights", "w"), ("include:models/old.py", "x")]);
-        let current = inputs(&[("source:models/m.py", "2"), ("weights", "w"), ("include:models/new.py", "y")]);
+        let recorded = inputs(&[
+            ("source:models/m.py", "1"),
+            ("weights", "w"),
+            ("include:models/old.py", "x"),
+        ]);
+        let current = inputs(&[
+            ("source:models/m.py", "2"),
+            ("weights", "w"),
+            ("include:models/new.py", "y"),
+        ]);
         assert_eq!(
             current.differences(&recorded),
-            ["`models/new.py` is new", "`models/m.py` changed", "`models/old.py` is gone"]
+            [
+                "`models/new.py` is new",
+                "`models/m.py` changed",
+                "`models/old.py` is gone"
+            ]
         );
     }
 }

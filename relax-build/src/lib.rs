@@ -235,13 +235,24 @@ impl Config {
         for model in &package.metadata.models {
             let inputs = KeyInputs::of(model, &package.resolver.tvm_target)?;
             let artifacts = package.resolver.resolve(model, &inputs)?;
-            compiled.push(materialize(model, &package.manifest_dir, &artifacts, &relax_dir)?);
+            compiled.push(materialize(
+                model,
+                &package.manifest_dir,
+                &artifacts,
+                &relax_dir,
+            )?);
         }
         let runtime_dirs = match package.resolver.resolved_toolchain() {
             Some(toolchain) => toolchain.runtime_library_dirs.clone(),
-            None => toolchain::known_runtime_library_dirs(package.metadata.python.as_deref(), &package.resolver.cache),
+            None => toolchain::known_runtime_library_dirs(
+                package.metadata.python.as_deref(),
+                &package.resolver.cache,
+            ),
         };
-        let runtime_dirs: Vec<String> = runtime_dirs.iter().map(|dir| dir.to_string_lossy().into_owned()).collect();
+        let runtime_dirs: Vec<String> = runtime_dirs
+            .iter()
+            .map(|dir| dir.to_string_lossy().into_owned())
+            .collect();
         cargo::rustc_env(codegen::RUNTIME_DIRS_ENV, &runtime_dirs.join(":"));
         Ok(compiled)
     }
@@ -255,9 +266,12 @@ impl Config {
         let mut prepared = Vec::new();
         for model in &package.metadata.models {
             let inputs = KeyInputs::of(model, &resolver.tvm_target)?;
-            let toolchain = resolver.toolchain().map_err(|message| Error::Toolchain { message })?;
+            let toolchain = resolver
+                .toolchain()
+                .map_err(|message| Error::Toolchain { message })?;
             let artifacts = resolver.compile_cached(model, &inputs, toolchain)?;
-            let dir = prepared::write(&resolver.prepared_root, &artifacts.dir, &artifacts.manifest)?;
+            let dir =
+                prepared::write(&resolver.prepared_root, &artifacts.dir, &artifacts.manifest)?;
             prepared.push(PreparedModel {
                 name: model.name.clone(),
                 dir,
@@ -278,7 +292,12 @@ impl Config {
             .iter()
             .map(|model| {
                 let inputs = KeyInputs::of(model, &resolver.tvm_target)?;
-                let state = prepared::check(&resolver.prepared_root, &model.name, &resolver.cargo_target, &inputs);
+                let state = prepared::check(
+                    &resolver.prepared_root,
+                    &model.name,
+                    &resolver.cargo_target,
+                    &inputs,
+                );
                 Ok((model.name.clone(), state))
             })
             .collect()
@@ -290,11 +309,17 @@ impl Config {
         cargo::set_enabled(self.cargo_directives);
         let package = self.package()?;
         let resolver = &package.resolver;
-        let toolchain = if resolver.offline { None } else { resolver.toolchain().ok().cloned() };
+        let toolchain = if resolver.offline {
+            None
+        } else {
+            resolver.toolchain().ok().cloned()
+        };
         let mut statuses = Vec::new();
         for model in &package.metadata.models {
             let inputs = KeyInputs::of(model, &resolver.tvm_target)?;
-            let cache_key = toolchain.as_ref().map(|toolchain| inputs.cache_key(&toolchain.build_hash));
+            let cache_key = toolchain
+                .as_ref()
+                .map(|toolchain| inputs.cache_key(&toolchain.build_hash));
             let cached = match &cache_key {
                 Some(key) => resolver.cache.entry_dir(key).is_dir(),
                 None => false,
@@ -304,7 +329,12 @@ impl Config {
                 input_key: inputs.input_key(),
                 cache_key,
                 cached,
-                prepared: prepared::check(&resolver.prepared_root, &model.name, &resolver.cargo_target, &inputs),
+                prepared: prepared::check(
+                    &resolver.prepared_root,
+                    &model.name,
+                    &resolver.cargo_target,
+                    &inputs,
+                ),
             });
         }
         Ok((toolchain, statuses))
@@ -338,7 +368,10 @@ impl Config {
                 cargo::rerun_if_changed(path);
             }
         }
-        let prepared_root = self.prepared_dir.clone().unwrap_or_else(|| prepared::default_root(&manifest_dir));
+        let prepared_root = self
+            .prepared_dir
+            .clone()
+            .unwrap_or_else(|| prepared::default_root(&manifest_dir));
         if prepared_root.exists() {
             // Only when present: Cargo reruns a build script on every build while a
             // watched path is missing.
@@ -347,7 +380,9 @@ impl Config {
         if target != host {
             return Err(Error::UnsupportedTarget {
                 target,
-                message: format!("cross-compiling models from {host} is not supported yet; build for the host"),
+                message: format!(
+                    "cross-compiling models from {host} is not supported yet; build for the host"
+                ),
             });
         }
         let tvm_target = target::tvm_target(&target, &host, &rustflags())?;
@@ -377,12 +412,23 @@ impl Config {
 }
 
 /// Copies a model's artifacts into `relax_dir/<model>/` and generates `relax_dir/<model>.rs`.
-fn materialize(model: &Model, manifest_dir: &Path, artifacts: &Artifacts, relax_dir: &Path) -> Result<CompiledModel> {
+fn materialize(
+    model: &Model,
+    manifest_dir: &Path,
+    artifacts: &Artifacts,
+    relax_dir: &Path,
+) -> Result<CompiledModel> {
     let model_dir = relax_dir.join(&model.name);
     cache::copy_artifacts(&artifacts.dir, &artifacts.manifest, &model_dir, true)?;
     let signature = compile::read_signature(&model.name, &model_dir.join(cache::SIGNATURE))?;
-    let weights = artifacts.manifest.has_weights().then(|| model_dir.join(cache::WEIGHTS));
-    let source = model.source.strip_prefix(manifest_dir).unwrap_or(&model.source);
+    let weights = artifacts
+        .manifest
+        .has_weights()
+        .then(|| model_dir.join(cache::WEIGHTS));
+    let source = model
+        .source
+        .strip_prefix(manifest_dir)
+        .unwrap_or(&model.source);
     let origin = format!("`{}`, entry `{}`", source.display(), model.entry);
     let library_path = format!("relax/{}/{}", model.name, cache::LIBRARY);
     let weights_path = format!("relax/{}/{}", model.name, cache::WEIGHTS);
@@ -395,7 +441,10 @@ fn materialize(model: &Model, manifest_dir: &Path, artifacts: &Artifacts, relax_
         },
     )?;
     std::fs::create_dir_all(relax_dir).map_err(io(format!("creating {}", relax_dir.display())))?;
-    compile::write_atomically(&relax_dir.join(format!("{}.rs", model.name)), code.as_bytes())?;
+    compile::write_atomically(
+        &relax_dir.join(format!("{}.rs", model.name)),
+        code.as_bytes(),
+    )?;
     Ok(CompiledModel {
         name: model.name.clone(),
         library: model_dir.join(cache::LIBRARY),
@@ -410,6 +459,12 @@ fn materialize(model: &Model, manifest_dir: &Path, artifacts: &Artifacts, relax_
 /// The build's rustflags (`CARGO_ENCODED_RUSTFLAGS`, separated by `\x1f`).
 fn rustflags() -> Vec<String> {
     std::env::var("CARGO_ENCODED_RUSTFLAGS")
-        .map(|flags| flags.split('\x1f').filter(|flag| !flag.is_empty()).map(str::to_string).collect())
+        .map(|flags| {
+            flags
+                .split('\x1f')
+                .filter(|flag| !flag.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default()
 }

@@ -301,7 +301,10 @@ fn validate_model(
         if !full.exists() {
             return Err(key_error(
                 key(&format!("include[{index}]")),
-                format!("`{path}` not found (looked for {}); list files or folders the source imports", full.display()),
+                format!(
+                    "`{path}` not found (looked for {}); list files or folders the source imports",
+                    full.display()
+                ),
             ));
         }
         include.push(full);

@@ -63,10 +63,13 @@ pub fn write(root: &Path, entry_dir: &Path, manifest: &ArtifactManifest) -> Resu
     let _ = std::fs::remove_dir_all(&temporary);
     cache::copy_artifacts(entry_dir, manifest, &temporary, false)?;
     let text = serde_json::to_string_pretty(manifest).expect("manifests serialize") + "\n";
-    std::fs::write(temporary.join(MANIFEST), text).map_err(io(format!("writing {}", temporary.display())))?;
+    std::fs::write(temporary.join(MANIFEST), text)
+        .map_err(io(format!("writing {}", temporary.display())))?;
     if destination.exists() {
-        std::fs::remove_dir_all(&destination).map_err(io(format!("removing {}", destination.display())))?;
+        std::fs::remove_dir_all(&destination)
+            .map_err(io(format!("removing {}", destination.display())))?;
     }
-    std::fs::rename(&temporary, &destination).map_err(io(format!("renaming into {}", destination.display())))?;
+    std::fs::rename(&temporary, &destination)
+        .map_err(io(format!("renaming into {}", destination.display())))?;
     Ok(destination)
 }

@@ -75,7 +75,8 @@ impl Resolver {
     pub fn toolchain(&self) -> std::result::Result<&Toolchain, String> {
         self.toolchain
             .get_or_init(|| {
-                toolchain::find_or_provision(self.manifest_python.as_deref(), &self.cache).map_err(|error| error.to_string())
+                toolchain::find_or_provision(self.manifest_python.as_deref(), &self.cache)
+                    .map_err(|error| error.to_string())
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -113,7 +114,10 @@ impl Resolver {
         };
         let describe = |problem: &Option<String>| match problem {
             Some(problem) => format!("the prepared artifact {} {problem}", prepared_dir.display()),
-            None => format!("there is no prepared artifact in {}", prepared_dir.display()),
+            None => format!(
+                "there is no prepared artifact in {}",
+                prepared_dir.display()
+            ),
         };
         if self.offline {
             return Err(Error::Model {
@@ -151,12 +155,23 @@ impl Resolver {
     }
 
     /// The cache entry of `model`, compiling it if there is none.
-    pub fn compile_cached(&self, model: &Model, inputs: &KeyInputs, toolchain: &Toolchain) -> Result<Artifacts> {
+    pub fn compile_cached(
+        &self,
+        model: &Model,
+        inputs: &KeyInputs,
+        toolchain: &Toolchain,
+    ) -> Result<Artifacts> {
         let cache_key = inputs.cache_key(&toolchain.build_hash);
         let mut compiled = false;
         let manifest = self.cache.get_or_insert(&cache_key, |dir| {
             compiled = true;
-            compile::compile(model, toolchain, &self.tvm_target, &self.cache.driver()?, dir)?;
+            compile::compile(
+                model,
+                toolchain,
+                &self.tvm_target,
+                &self.cache.driver()?,
+                dir,
+            )?;
             Ok(ArtifactManifest {
                 model: model.name.clone(),
                 target: self.cargo_target.clone(),
@@ -171,7 +186,11 @@ impl Resolver {
         Ok(Artifacts {
             dir: self.cache.entry_dir(&cache_key),
             manifest,
-            source: if compiled { ArtifactSource::Compiled } else { ArtifactSource::Cache },
+            source: if compiled {
+                ArtifactSource::Compiled
+            } else {
+                ArtifactSource::Cache
+            },
         })
     }
 }

@@ -103,7 +103,9 @@ pub fn find_or_provision(manifest_python: Option<&Path>, cache: &Cache) -> Resul
             toolchain
         })
     };
-    let install = format!("python -m pip install apache-tvm=={TVM_VERSION} apache-tvm-ffi=={TVM_FFI_VERSION}");
+    let install = format!(
+        "python -m pip install apache-tvm=={TVM_VERSION} apache-tvm-ffi=={TVM_FFI_VERSION}"
+    );
     if let Some(python) = env::var(env::PYTHON) {
         let python = PathBuf::from(python);
         return probe(&python, "RELAX_PYTHON").map_err(|reason| Error::Toolchain {
@@ -147,7 +149,8 @@ pub fn find_or_provision(manifest_python: Option<&Path>, cache: &Cache) -> Resul
     } else {
         tried.push("python3 on PATH: not found".to_string());
     }
-    let failure = |message: String| Error::Toolchain {
+    let failure = |message: String| {
+        Error::Toolchain {
         message: format!(
             "no usable Python with apache-tvm {TVM_VERSION} was found, and provisioning one failed.\n\
              Tried:\n{}  provisioning the managed toolchain in {}: {message}\n\
@@ -156,16 +159,23 @@ pub fn find_or_provision(manifest_python: Option<&Path>, cache: &Cache) -> Resul
             tried.iter().map(|line| format!("  {line}\n")).collect::<String>(),
             managed.display()
         ),
+    }
     };
     provision(&managed).map_err(|error| failure(error.to_string()))?;
-    probe(&managed_python(&managed), "the managed toolchain (just provisioned)").map_err(failure)
+    probe(
+        &managed_python(&managed),
+        "the managed toolchain (just provisioned)",
+    )
+    .map_err(failure)
 }
 
 /// The folder of the managed toolchain for the pinned TVM version.
 pub fn managed_dir() -> Result<PathBuf> {
     let root = match env::var(env::TOOLCHAIN_DIR) {
         Some(dir) => PathBuf::from(dir),
-        None => env::user_cache_dir()?.join("relax-cargo").join("toolchains"),
+        None => env::user_cache_dir()?
+            .join("relax-cargo")
+            .join("toolchains"),
     };
     Ok(root.join(format!("tvm-{TVM_VERSION}")))
 }
@@ -187,8 +197,13 @@ fn modified_ns(path: &Path) -> Option<u128> {
 }
 
 /// Probes an interpreter, reusing a cached probe when the interpreter is unchanged.
-fn probe_cached(python: &Path, cache: &Cache, allow_other_version: bool) -> std::result::Result<Toolchain, String> {
-    let modified = modified_ns(python).ok_or_else(|| format!("{} does not exist", python.display()))?;
+fn probe_cached(
+    python: &Path,
+    cache: &Cache,
+    allow_other_version: bool,
+) -> std::result::Result<Toolchain, String> {
+    let modified =
+        modified_ns(python).ok_or_else(|| format!("{} does not exist", python.display()))?;
     let cache_path = cache.probe_path(python);
     let cached = std::fs::read(&cache_path)
         .ok()
@@ -209,7 +224,10 @@ fn probe_cached(python: &Path, cache: &Cache, allow_other_version: bool) -> std:
     };
     if let Some(parent) = cache_path.parent() {
         let _ = std::fs::create_dir_all(parent);
-        let _ = crate::compile::write_atomically(&cache_path, &serde_json::to_vec(&entry).expect("probes serialize"));
+        let _ = crate::compile::write_atomically(
+            &cache_path,
+            &serde_json::to_vec(&entry).expect("probes serialize"),
+        );
     }
     Ok(toolchain)
 }
@@ -226,11 +244,19 @@ fn run_probe(python: &Path) -> std::result::Result<Probe, String> {
             String::from_utf8_lossy(&output.stderr).trim()
         ));
     }
-    serde_json::from_slice(&output.stdout).map_err(|error| format!("its version probe printed something unexpected ({error})"))
+    serde_json::from_slice(&output.stdout)
+        .map_err(|error| format!("its version probe printed something unexpected ({error})"))
 }
 
-fn toolchain_from(python: &Path, probe: &Probe, allow_other_version: bool) -> std::result::Result<Toolchain, String> {
-    let tvm_version = probe.tvm.clone().ok_or("apache-tvm is not installed there")?;
+fn toolchain_from(
+    python: &Path,
+    probe: &Probe,
+    allow_other_version: bool,
+) -> std::result::Result<Toolchain, String> {
+    let tvm_version = probe
+        .tvm
+        .clone()
+        .ok_or("apache-tvm is not installed there")?;
     if tvm_version != TVM_VERSION && !allow_other_version {
         return Err(format!(
             "it has apache-tvm {tvm_version}, but relax-build supports {TVM_VERSION} \
@@ -243,7 +269,10 @@ fn toolchain_from(python: &Path, probe: &Probe, allow_other_version: bool) -> st
         .ok_or("the tvm or tvm_ffi package has no lib folder")?;
     let mut records = Vec::new();
     for record in &probe.records {
-        records.extend(std::fs::read(record).map_err(|error| format!("cannot read {} ({error})", record.display()))?);
+        records.extend(
+            std::fs::read(record)
+                .map_err(|error| format!("cannot read {} ({error})", record.display()))?,
+        );
     }
     Ok(Toolchain {
         python: python.to_path_buf(),
@@ -263,20 +292,26 @@ fn provision(dir: &Path) -> Result<()> {
     }
     let parent = dir.parent().expect("the toolchain dir has a parent");
     std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
-    let lock_path = parent.join(format!("{}.lock", dir.file_name().unwrap_or_default().to_string_lossy()));
+    let lock_path = parent.join(format!(
+        "{}.lock",
+        dir.file_name().unwrap_or_default().to_string_lossy()
+    ));
     let lock = File::create(&lock_path).map_err(io(format!("creating {}", lock_path.display())))?;
     if lock.try_lock().is_err() {
         cargo::warning(&format!(
             "relax-build: another build is provisioning the TVM toolchain; waiting for {}",
             lock_path.display()
         ));
-        lock.lock().map_err(io(format!("locking {}", lock_path.display())))?;
+        lock.lock()
+            .map_err(io(format!("locking {}", lock_path.display())))?;
     }
     if dir.join(COMPLETE_MARKER).is_file() {
         return Ok(());
     }
     if dir.exists() {
-        cargo::warning("relax-build: removing a half-made toolchain left by an interrupted install");
+        cargo::warning(
+            "relax-build: removing a half-made toolchain left by an interrupted install",
+        );
         std::fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
     }
     let bootstrap = env::var(env::BOOTSTRAP_PYTHON).unwrap_or_else(|| "python3".into());
@@ -286,21 +321,35 @@ fn provision(dir: &Path) -> Result<()> {
     ));
     run(
         Command::new(&bootstrap).arg("-m").arg("venv").arg(dir),
-        &format!("`{} -m venv {}`", bootstrap.to_string_lossy(), dir.display()),
+        &format!(
+            "`{} -m venv {}`",
+            bootstrap.to_string_lossy(),
+            dir.display()
+        ),
     )?;
     cargo::warning(&format!(
         "relax-build: installing apache-tvm=={TVM_VERSION} apache-tvm-ffi=={TVM_FFI_VERSION} with pip"
     ));
     run(
         Command::new(managed_python(dir))
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--quiet"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--quiet",
+            ])
             .arg(format!("apache-tvm=={TVM_VERSION}"))
             .arg(format!("apache-tvm-ffi=={TVM_FFI_VERSION}")),
         "pip install of the pinned TVM",
     )?;
     let marker = dir.join(COMPLETE_MARKER);
-    std::fs::write(&marker, format!("apache-tvm=={TVM_VERSION}\napache-tvm-ffi=={TVM_FFI_VERSION}\n"))
-        .map_err(io(format!("writing {}", marker.display())))?;
+    std::fs::write(
+        &marker,
+        format!("apache-tvm=={TVM_VERSION}\napache-tvm-ffi=={TVM_FFI_VERSION}\n"),
+    )
+    .map_err(io(format!("writing {}", marker.display())))?;
     cargo::warning("relax-build: the managed TVM toolchain is ready");
     Ok(())
 }
@@ -326,7 +375,10 @@ fn run(command: &mut Command, what: &str) -> Result<()> {
 /// Runtime library folders known without starting Python: those of a cached probe of
 /// `RELAX_PYTHON`, the manifest's `python`, or the managed toolchain, if they exist.
 pub fn known_runtime_library_dirs(manifest_python: Option<&Path>, cache: &Cache) -> Vec<PathBuf> {
-    let mut candidates: Vec<PathBuf> = env::var(env::PYTHON).map(PathBuf::from).into_iter().collect();
+    let mut candidates: Vec<PathBuf> = env::var(env::PYTHON)
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
     candidates.extend(manifest_python.map(Path::to_path_buf));
     if let Ok(managed) = managed_dir() {
         candidates.push(managed_python(&managed));

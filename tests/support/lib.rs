@@ -107,3 +107,131 @@ pub fn json_file(value: &Value) -> tempfile::NamedTempFile {
     std::fs::write(file.path(), value.to_string()).expect("writing JSON");
     file
 }
+
+/// Copies a fixture (recursively) to `destination`, pointing its path dependencies at
+/// this workspace and appending `-<suffix>` to every package name, so the copy builds
+/// in the shared target dir without clashing with the original.
+pub fn copy_fixture(name: &str, destination: &Path, suffix: &str) {
+    let source = fixture(name);
+    for entry in walk(&source) {
+        let relative = entry.strip_prefix(&source).unwrap();
+        if relative.starts_with("target") || relative.starts_with(".relax") {
+            continue;
+        }
+        let target = destination.join(relative);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        if entry.file_name().unwrap() == "Cargo.toml" {
+            let manifest = std::fs::read_to_string(&entry).unwrap();
+            std::fs::write(&target, rewrite_manifest(&manifest, suffix)).unwrap();
+        } else {
+            std::fs::copy(&entry, &target).unwrap();
+        }
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+fn rewrite_manifest(manifest: &str, suffix: &str) -> String {
+    let root = workspace_root().display().to_string();
+    let mut in_package = false;
+    manifest
+        .lines()
+        .map(|line| {
+            if line.starts_with('[') {
+                in_package = line.trim() == "[package]";
+            }
+            let mut line = line.to_string();
+            for crate_name in ["relax-build", "relax-runtime"] {
+                if let Some(start) = line.find("path = \"") {
+                    let end = line
+                        .find(&format!("{crate_name}\""))
+                        .map(|index| index + crate_name.len());
+                    if let Some(end) = end {
+                        line = format!(
+                            "{}path = \"{root}/{crate_name}{}",
+                            &line[..start],
+                            &line[end..]
+                        );
+                    }
+                }
+            }
+            if in_package && line.starts_with("name = \"") {
+                line = line.trim_end_matches('"').to_string() + &format!("-{suffix}\"");
+            }
+            line
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// A `RELAX_PYTHON` wrapper that records each start of Python (`probe`, or
+/// `driver <model>`) before running the toolchain's Python.
+pub struct PythonLog {
+    pub wrapper: PathBuf,
+    log: PathBuf,
+}
+
+impl PythonLog {
+    pub fn new(dir: &Path) -> PythonLog {
+        use std::os::unix::fs::PermissionsExt;
+        let wrapper = dir.join("python-wrapper");
+        let log = dir.join("python-starts.log");
+        let script = format!(
+            "#!/bin/sh\n\
+             case \"$1\" in\n\
+             \x20 -c) echo probe >> '{log}' ;;\n\
+             \x20 *driver*) echo \"driver $(grep -o '\"model\": *\"[^\"]*\"' \"$2\" | sed 's/.*\"\\([^\"]*\\)\"$/\\1/')\" >> '{log}' ;;\n\
+             \x20 *) echo \"other $1\" >> '{log}' ;;\n\
+             esac\n\
+             exec '{python}' \"$@\"\n",
+            log = log.display(),
+            python = toolchain_python().display()
+        );
+        std::fs::write(&wrapper, script).unwrap();
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        PythonLog { wrapper, log }
+    }
+
+    /// Every start recorded so far.
+    pub fn starts(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .map(|text| text.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// A `PATH` with cargo, rustc and the C toolchain but no Python, in a new folder under `dir`.
+pub fn path_without_python(dir: &Path) -> String {
+    let bin = dir.join("bin-without-python");
+    std::fs::create_dir_all(&bin).unwrap();
+    let original = std::env::var_os("PATH").unwrap();
+    for tool in ["cargo", "rustc", "cc", "gcc", "ld", "as", "ar"] {
+        let link = bin.join(tool);
+        let found = std::env::split_paths(&original)
+            .map(|dir| dir.join(tool))
+            .find(|path| path.is_file());
+        if let (Some(found), false) = (found, link.exists()) {
+            std::os::unix::fs::symlink(found, link).unwrap();
+        }
+    }
+    bin.display().to_string()
+}
+
+/// Runs `cargo relax <args>` (the workspace's cargo-relax) with `env` added.
+pub fn cargo_relax(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut all = vec!["run", "--quiet", "-p", "cargo-relax", "--", "relax"];
+    all.extend_from_slice(args);
+    cargo(workspace_root(), &all, env)
+}
