@@ -15,6 +15,8 @@
 //! entry = "DigitsMLP"                       # relax.frontend.nn.Module subclass, TVMScript IRModule,
 //!                                           # or a function returning an IRModule
 //! weights = "models/digits.safetensors"     # nn modules: parameter values by parameter name
+//! include = ["models/layers"]               # optional: files/folders the source imports
+//! pipeline = "zero"                         # optional: "zero" (default) or "default"
 //! [package.metadata.relax.models.digits.inputs.forward]
 //! x = "float32[batch, 64]"                  # export spec per method, symbolic dims by name
 //! ```
@@ -36,15 +38,28 @@
 //!
 //! # What happens at build time
 //!
-//! For each model, relax-build runs a compile driver (a Python file shipped in this
-//! crate) with a Python that has the pinned TVM (see [`toolchain`]); the driver imports
-//! the source, exports it to a Relax IRModule, compiles it with `tvm.compile` for the
-//! Cargo target ([`target`]) and writes, under `$OUT_DIR/relax/<model>/`, the exported
-//! library and a signature JSON. relax-build then copies the weights next to it and
-//! generates `$OUT_DIR/relax/<model>.rs`, the typed module that `include_model!`
-//! includes. It prints `rerun-if-changed` for the manifest, every source and weights
-//! file, and `rerun-if-env-changed` for every variable it reads, so a build with
-//! nothing changed does not rerun the build script and never starts Python.
+//! For each model, relax-build computes a key in Rust (see [`key`]): a sha256 over the
+//! source and `include` files, the weights, the manifest entry, the TVM target, the
+//! driver and the versions. It then takes the model's artifacts from, in order:
+//!
+//! 1. the package's prepared folder (`.relax/<model>/<target>/`, written by
+//!    `cargo relax prepare`), when its recorded key matches (see [`prepared`]);
+//! 2. the shared cache (see [`Cache`]), keyed by the key and the TVM build;
+//! 3. a compile: a driver (a Python file shipped in this crate) run with a Python that
+//!    has the pinned TVM (see [`toolchain`]) imports the source, exports it to a Relax
+//!    IRModule, compiles it with `tvm.compile` for the Cargo target ([`target`]), and
+//!    writes the exported library and a signature JSON into a new cache entry.
+//!
+//! The artifacts are copied to `$OUT_DIR/relax/<model>/`, and `$OUT_DIR/relax/<model>.rs`,
+//! the typed module `include_model!` includes, is generated. relax-build prints
+//! `rerun-if-changed` for the manifest and every source, include, weights file and the
+//! prepared folder, and `rerun-if-env-changed` for every variable it reads, so a build
+//! with nothing changed does not rerun the build script; when it does rerun, cached
+//! models start no Python (toolchain probes are cached too).
+//!
+//! Offline (`RELAX_OFFLINE=1` or `CARGO_NET_OFFLINE=true`) only prepared artifacts are
+//! used; a missing, stale or tampered one is an error naming the model and the
+//! `cargo relax prepare` command to run.
 //!
 //! # Environment variables
 //!
@@ -55,6 +70,9 @@
 //! | `RELAX_TOOLCHAIN_DIR` | where the managed toolchain lives (default `$XDG_CACHE_HOME/relax-cargo/toolchains`, else `~/.cache/relax-cargo/toolchains`) |
 //! | `RELAX_BOOTSTRAP_PYTHON` | the python3 that creates the managed toolchain (default `python3`) |
 //! | `RELAX_ALLOW_TVM_VERSION` | `1` accepts a TVM other than the pinned one (unsupported) |
+//! | `RELAX_CACHE_DIR` | the artifact cache (default `$XDG_CACHE_HOME/relax-cargo/cache`, else `~/.cache/relax-cargo/cache`) |
+//! | `RELAX_OFFLINE` | `1`/`true`: use prepared artifacts only, never Python or the network |
+//! | `CARGO_NET_OFFLINE` | `true` (`cargo --offline`): the same |
 //!
 //! At run time, relax-runtime reads `RELAX_RUNTIME_DIR` (see its docs).
 
