@@ -1,67 +1,38 @@
 //! A build with nothing changed starts no Python, and the built executable carries its
 //! model: it runs from another folder after the build's OUT_DIR is deleted.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use relax_cargo_tests::{
-    assert_success, cargo, fixture, fixture_target_dir, json_file, toolchain_python, workspace_root,
+    assert_success, cargo, copy_fixture, fixture_target_dir, json_file, PythonLog,
 };
 use serde_json::{json, Value};
 
-const PACKAGE: &str = "rebuild-probe-app";
-
-/// Copies the TVMScript fixture to `dir` under another package name, with absolute paths.
-fn copy_fixture(dir: &Path) {
-    let source = fixture("tvmscript-pair");
-    std::fs::create_dir_all(dir.join("models")).unwrap();
-    std::fs::create_dir_all(dir.join("src")).unwrap();
-    for file in ["build.rs", "models/pair.py", "src/main.rs"] {
-        std::fs::copy(source.join(file), dir.join(file)).unwrap();
-    }
-    let manifest = std::fs::read_to_string(source.join("Cargo.toml"))
-        .unwrap()
-        .replace("fixture-tvmscript-pair", PACKAGE)
-        .replace("../../", &format!("{}/", workspace_root().display()));
-    std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
-}
-
-fn python_starts(log: &Path) -> usize {
-    std::fs::read_to_string(log)
-        .map(|text| text.lines().count())
-        .unwrap_or(0)
-}
+const PACKAGE: &str = "fixture-tvmscript-pair-rebuild";
 
 #[test]
 fn no_op_build_starts_no_python_and_the_binary_carries_its_model() {
     let temp = tempfile::tempdir().unwrap();
     let app = temp.path().join("app");
-    copy_fixture(&app);
-    let log = temp.path().join("python-starts.log");
-    let wrapper = temp.path().join("python-wrapper");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
-            log.display(),
-            toolchain_python().display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let env = [("RELAX_PYTHON", wrapper.to_str().unwrap())];
+    copy_fixture("tvmscript-pair", &app, "rebuild");
+    let python = PythonLog::new(temp.path());
+    let cache_dir = temp.path().join("cache");
+    let env = [
+        ("RELAX_PYTHON", python.wrapper.to_str().unwrap()),
+        ("RELAX_CACHE_DIR", cache_dir.to_str().unwrap()),
+    ];
 
     assert_success(&cargo(&app, &["build", "--quiet"], &env), "first build");
-    let first = python_starts(&log);
-    assert!(
-        first >= 2,
-        "the first build probes the toolchain and runs the driver ({first} starts)"
+    assert_eq!(
+        python.starts(),
+        ["probe", "driver pair"],
+        "the first build probes the toolchain and compiles"
     );
 
     assert_success(&cargo(&app, &["build", "--quiet"], &env), "second build");
     assert_eq!(
-        python_starts(&log),
-        first,
+        python.starts().len(),
+        2,
         "a build with nothing changed must not start Python"
     );
 
@@ -70,11 +41,12 @@ fn no_op_build_starts_no_python_and_the_binary_carries_its_model() {
     std::fs::write(&source, format!("{text}\n# touched\n")).unwrap();
     assert_success(
         &cargo(&app, &["build", "--quiet"], &env),
-        "build after touching the model",
+        "build after changing the model",
     );
-    assert!(
-        python_starts(&log) > first,
-        "changing the model source must recompile it"
+    assert_eq!(
+        python.starts()[2..],
+        ["driver pair"],
+        "changing the model source recompiles it"
     );
 
     // The executable, copied elsewhere, runs after its OUT_DIR is gone.
