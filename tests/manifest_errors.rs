@@ -160,3 +160,46 @@ fn an_unusable_relax_python_is_the_error_not_skipped() {
         ],
     );
 }
+
+#[test]
+fn a_file_that_is_not_onnx() {
+    assert_contains(
+        &build_error("onnx-not-onnx"),
+        &[
+            "model `classifier` (`package.metadata.relax.models.classifier.source`)",
+            "classifier.onnx is not an ONNX model (DecodeError",
+            "export the model again",
+        ],
+    );
+}
+
+#[test]
+fn an_onnx_operator_tvm_does_not_support() {
+    assert_contains(
+        &build_error("onnx-unsupported-op"),
+        &[
+            "model `determinant` (`package.metadata.relax.models.determinant.source`)",
+            "TVM's ONNX importer does not support operator(s) Det (node(s) det_node)",
+        ],
+    );
+}
+
+#[test]
+fn an_input_spec_that_contradicts_the_graph() {
+    assert_contains(
+        &build_error("onnx-contradiction"),
+        &[
+            "model `classifier` (`package.metadata.relax.models.classifier.inputs.main`)",
+            "input `pixels` of ",
+            "digits.onnx is float32 in the graph, but the manifest says int64; make the spec agree with the graph",
+        ],
+    );
+}
+
+#[test]
+fn an_entry_for_an_onnx_model() {
+    assert_contains(
+        &build_error("onnx-entry"),
+        &["`package.metadata.relax.models.classifier.entry`: an ONNX model has no entry to choose"],
+    );
+}

@@ -66,6 +66,7 @@ pub fn generate(signature: &Signature, origin: &str, embedded: &Embedded<'_>) ->
     )
     .unwrap();
     writeln!(w, "        name: {model:?},").unwrap();
+    writeln!(w, "        target: {:?},", signature.target).unwrap();
     writeln!(w, "        functions: &[").unwrap();
     for function in &signature.functions {
         write_function_signature(w, model, function)?;

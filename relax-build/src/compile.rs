@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::cache::{LIBRARY, SIGNATURE, WEIGHTS};
 use crate::error::{io, Error, Result};
-use crate::metadata::{Model, SpecDim};
+use crate::metadata::{Model, SpecDim, Weights};
 use crate::signature::{format_shape, Dim, Signature};
 use crate::toolchain::Toolchain;
 
@@ -41,7 +41,15 @@ pub fn compile(
         "entry": model.entry,
         "inputs": inputs_json(model),
         "target": target,
-        "pipeline": model.pipeline.as_str(),
+        "pipeline": model.options.pipeline.as_str(),
+        "tir_pipeline": model.options.tir_pipeline,
+        "opt_level": model.options.opt_level,
+        "weights_mode": match model.weights {
+            Weights::Embed => "embed",
+            Weights::External => "external",
+            _ => "auto",
+        },
+        "weights_name": WEIGHTS,
         "output_dir": model_dir,
         "library_name": LIBRARY,
     });
@@ -175,6 +183,31 @@ fn driver_failure(model: &Model, model_dir: &Path, output: &std::process::Output
                 model.entry, report.message
             ),
         ),
+        "onnx_invalid" => (
+            Some(model.key("source")),
+            format!("{}; export the model again (e.g. torch.onnx.export) or point `source` at the right file", report.message),
+        ),
+        "unsupported_op" => {
+            return Error::UnsupportedOperator {
+                model: model.name.clone(),
+                key: model.key("source"),
+                operator: report.detail,
+                message: format!(
+                    "{}; export the model with other operators or another opset, or check TVM's ONNX frontend for support",
+                    report.message
+                ),
+            }
+        }
+        "onnx_import" => (Some(model.key("source")), format!("TVM's ONNX importer failed: {}", report.message)),
+        "inputs_contradiction" => (
+            Some(model.key("inputs.main")),
+            format!("{}; make the spec agree with the graph (or remove it to use the graph's own)", report.message),
+        ),
+        "unsupported_type" if report.message.contains("argument") => (
+            Some(model.key("inputs")),
+            format!("{}; give its shape in `inputs`", report.message),
+        ),
+        "unsupported_type" => (None, report.message),
         "tvm_version" => (
             None,
             format!(
@@ -217,7 +250,16 @@ fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Resul
         message,
         detail: String::new(),
     };
-    let Some(weights_path) = &model.weights else {
+    if signature.weights_written {
+        // ONNX initializers kept external: the driver wrote them in parameter order.
+        return match model_dir.join(WEIGHTS).is_file() {
+            true => Ok(()),
+            false => Err(error(
+                "the driver reported weights but wrote no weights file".to_string(),
+            )),
+        };
+    }
+    let Some(weights_path) = model.weights_file() else {
         if wanted.is_empty() {
             return Ok(());
         }

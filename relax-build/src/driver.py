@@ -171,6 +171,153 @@ def load_ir_module(entry_object, inputs, source_path):
     raise DriverError("entry_type", f"the entry is a {type(entry_object).__name__}")
 
 
+ONNX_EMBED_LIMIT_BYTES = 1 << 20
+
+
+def onnx_dtype_name(elem_type):
+    from onnx import helper
+
+    return str(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def pin_onnx_inputs(model, inputs, source_path):
+    """Applies the manifest's input specs to the graph's inputs (pin or rename dims).
+
+    A spec that contradicts the graph (unknown input, dtype, rank, a static dim) is an error.
+    """
+    if not inputs:
+        return
+    initializers = {init.name for init in model.graph.initializer}
+    graph_inputs = {i.name: i for i in model.graph.input if i.name not in initializers}
+    for method, arguments in inputs.items():
+        if method != "main":
+            raise DriverError("inputs_method", f"an ONNX model has one function, `main`, not `{method}`", method)
+        for argument in arguments:
+            name = argument["name"]
+            if name not in graph_inputs:
+                raise DriverError(
+                    "inputs_contradiction",
+                    f"the graph of {source_path} has no input `{name}`",
+                    "graph inputs: " + ", ".join(graph_inputs),
+                )
+            tensor_type = graph_inputs[name].type.tensor_type
+            where = f"input `{name}` of {source_path}"
+            graph_dtype = onnx_dtype_name(tensor_type.elem_type) if tensor_type.elem_type else None
+            if graph_dtype is not None and graph_dtype != argument["dtype"]:
+                raise DriverError(
+                    "inputs_contradiction",
+                    f"{where} is {graph_dtype} in the graph, but the manifest says {argument['dtype']}",
+                )
+            dims = tensor_type.shape.dim if tensor_type.HasField("shape") else None
+            if dims is not None and len(dims) != len(argument["shape"]):
+                raise DriverError(
+                    "inputs_contradiction",
+                    f"{where} has rank {len(dims)} in the graph, but the manifest gives {len(argument['shape'])} dims",
+                )
+            if dims is not None:
+                for index, (dim, wanted) in enumerate(zip(dims, argument["shape"])):
+                    if dim.dim_value > 0 and dim.dim_value != wanted:
+                        raise DriverError(
+                            "inputs_contradiction",
+                            f"{where}: dim {index} is {dim.dim_value} in the graph, but the manifest says {wanted}",
+                        )
+            tensor_type.shape.Clear()
+            for wanted in argument["shape"]:
+                dim = tensor_type.shape.dim.add()
+                if isinstance(wanted, int):
+                    dim.dim_value = wanted
+                else:
+                    dim.dim_param = wanted
+
+
+def load_onnx(request):
+    """An .onnx file -> (IRModule, weights or None).
+
+    Initializers are compiled in as constants when `weights` is "embed", or when they
+    total at most ONNX_EMBED_LIMIT_BYTES and `weights` is not "external"; otherwise they
+    become trailing parameters whose values are returned to be written as weights.
+    """
+    import io
+    import contextlib
+    import re
+
+    import onnx
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    source_path = request["source"]
+    try:
+        model = onnx.load(source_path)
+    except Exception as error:
+        raise DriverError(
+            "onnx_invalid",
+            f"{source_path} is not an ONNX model ({type(error).__name__}: {str(error)[:200]})",
+        ) from error
+    if not model.graph.node and not model.graph.output:
+        raise DriverError("onnx_invalid", f"{source_path} is not an ONNX model (it has no graph)")
+    pin_onnx_inputs(model, request.get("inputs"), source_path)
+    initializer_bytes = sum(onnx.numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
+    mode = request.get("weights_mode") or "auto"
+    external = mode == "external" or (mode == "auto" and initializer_bytes > ONNX_EMBED_LIMIT_BYTES)
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            ir_module = from_onnx(model, keep_params_in_input=external)
+    except tvm.error.OpNotImplemented as error:
+        unsupported = str(error).split(":", 1)[-1].strip()
+        nodes = [node.name or f"#{i}" for i, node in enumerate(model.graph.node) if node.op_type in unsupported.split(", ")]
+        raise DriverError(
+            "unsupported_op",
+            f"TVM's ONNX importer does not support operator(s) {unsupported} (node(s) {', '.join(nodes[:5])})",
+            unsupported,
+        ) from error
+    except Exception as error:
+        failed = re.findall(r"Error converting operator (\w+)", printed.getvalue())
+        if failed:
+            nodes = [node.name or f"#{i}" for i, node in enumerate(model.graph.node) if node.op_type == failed[-1]]
+            raise DriverError(
+                "unsupported_op",
+                f"TVM's ONNX importer failed on operator {failed[-1]} (node(s) {', '.join(nodes[:5])}): "
+                f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}",
+                failed[-1],
+            ) from error
+        raise DriverError("onnx_import", f"{type(error).__name__}: {str(error)[:500]}", traceback.format_exc(limit=-3)) from error
+    weights = None
+    if external:
+        ir_module, params = relax.frontend.detach_params(ir_module)
+        weights = [param.numpy() for param in params.get("main", [])]
+    return ir_module, weights
+
+
+SAFETENSORS_DTYPES = {
+    "float16": "F16", "float32": "F32", "float64": "F64", "int8": "I8", "int16": "I16", "int32": "I32",
+    "int64": "I64", "uint8": "U8", "uint16": "U16", "uint32": "U32", "uint64": "U64", "bool": "BOOL",
+}
+
+
+def write_safetensors(path, named_arrays):
+    """Writes arrays as a safetensors file (8-byte header length, JSON header, data)."""
+    import struct
+
+    import numpy as np
+
+    header, chunks, offset = {}, [], 0
+    for name, array in named_arrays:
+        array = np.ascontiguousarray(array)
+        data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {
+            "dtype": SAFETENSORS_DTYPES[str(array.dtype)],
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        chunks.append(data)
+        offset += len(data)
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    write_atomically(path, struct.pack("<Q", len(encoded)) + encoded + b"".join(chunks))
+
+
 def dim_to_json(dim):
     """A static dim as an int, a symbolic one as its expression text (`batch`)."""
     value = getattr(dim, "value", None)
@@ -178,16 +325,16 @@ def dim_to_json(dim):
 
 
 def tensor_type_to_json(ty, what):
+    """A tensor type as {"dtype", "shape"}; dims without a known size are "?"."""
     from tvm import relax
 
     if not isinstance(ty, relax.TensorType):
         raise DriverError("unsupported_type", f"{what} has type {ty}; only tensors are supported")
-    if ty.shape is None or ty.ndim < 0:
-        raise DriverError("unsupported_type", f"{what} has a tensor of unknown rank ({ty}); give it a shape")
-    values = getattr(ty.shape, "values", None)
-    if values is None:
-        raise DriverError("unsupported_type", f"{what} has a shape that is not a list of dims ({ty})")
-    return {"dtype": str(ty.dtype), "shape": [dim_to_json(d) for d in values]}
+    if ty.ndim < 0:
+        raise DriverError("unsupported_type", f"{what} is a tensor of unknown rank ({ty})")
+    values = getattr(ty.shape, "values", None) if ty.shape is not None else None
+    shape = [dim_to_json(d) for d in values] if values is not None else ["?"] * ty.ndim
+    return {"dtype": str(ty.dtype), "shape": shape}
 
 
 def outputs_to_json(ty, function_name):
@@ -252,18 +399,30 @@ def make_target(request):
     return tvm.target.Target(target)
 
 
-def compile_module(ir_module, target, pipeline):
+def compile_module(ir_module, target, request):
+    """Compiles with the requested pipeline, TIR pipeline and opt level.
+
+    "zero": relax.get_pipeline("zero") as a pre-pass (constant folding, fusion), then the
+    target's backend pipeline relax.get_default_pipeline(target); "cpu": the backend
+    pipeline alone; "default": tvm.compile's "default" pipeline alone.
+    """
     import tvm
     from tvm import relax
 
+    pipeline = request["pipeline"]
     if pipeline == "zero":
         ir_module = relax.get_pipeline("zero")(ir_module)
+        relax_pipeline = relax.get_default_pipeline(target)
+    elif pipeline == "cpu":
         relax_pipeline = relax.get_default_pipeline(target)
     elif pipeline == "default":
         relax_pipeline = "default"
     else:
         raise DriverError("pipeline", f"unknown pipeline `{pipeline}`")
-    return tvm.compile(ir_module, target, relax_pipeline=relax_pipeline)
+    with tvm.transform.PassContext(opt_level=request.get("opt_level", 3)):
+        return tvm.compile(
+            ir_module, target, relax_pipeline=relax_pipeline, tir_pipeline=request.get("tir_pipeline") or "default"
+        )
 
 
 def export_library(executable, output_dir, library_name, cross_compiler):
@@ -286,24 +445,33 @@ def run(request):
             f"this toolchain has apache-tvm {tvm.__version__}; relax-build supports {SUPPORTED_TVM_VERSION}",
         )
     source_path = request["source"]
-    module = import_source(request["model"], source_path)
-    entry_object = resolve_entry(module, request["entry"], source_path)
-    ir_module, weight_names = load_ir_module(entry_object, request.get("inputs"), source_path)
+    onnx_weights = None
+    if source_path.endswith(".onnx"):
+        ir_module, onnx_weights = load_onnx(request)
+        weight_names = None
+    else:
+        module = import_source(request["model"], source_path)
+        entry_object = resolve_entry(module, request["entry"], source_path)
+        ir_module, weight_names = load_ir_module(entry_object, request.get("inputs"), source_path)
     functions = signature_of(ir_module, weight_names)
     target = make_target(request)
     try:
-        executable = compile_module(ir_module, target, request["pipeline"])
+        executable = compile_module(ir_module, target, request)
     except DriverError:
         raise
     except Exception as error:
         raise DriverError("compile", f"{type(error).__name__}: {error}", traceback.format_exc(limit=-3)) from error
     output_dir = request["output_dir"]
     export_library(executable, output_dir, request["library_name"], request.get("cross_compiler"))
+    if onnx_weights is not None:
+        names = [weight["name"] for weight in functions[0]["weights"]]
+        write_safetensors(os.path.join(output_dir, request["weights_name"]), list(zip(names, onnx_weights)))
     signature = {
         "model": request["model"],
         "tvm_version": tvm.__version__,
         "target": str(target),
         "functions": functions,
+        "weights_written": onnx_weights is not None,
     }
     write_atomically(os.path.join(output_dir, "signature.json"), json.dumps(signature, indent=2) + "\n")
 

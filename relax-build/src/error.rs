@@ -24,6 +24,13 @@ pub enum Error {
         message: String,
         detail: String,
     },
+    /// TVM's ONNX importer does not support (or failed on) an operator of the model.
+    UnsupportedOperator {
+        model: String,
+        key: String,
+        operator: String,
+        message: String,
+    },
     /// No usable Python with the pinned TVM was found, and none could be provisioned.
     Toolchain { message: String },
     /// A required environment variable is missing (relax-build runs outside a build script).
@@ -65,6 +72,14 @@ impl std::fmt::Display for Error {
                     write!(f, "\n{detail}")?;
                 }
                 Ok(())
+            }
+            Error::UnsupportedOperator {
+                model,
+                key,
+                message,
+                ..
+            } => {
+                write!(f, "model `{model}` (`{key}`): {message}")
             }
             Error::Toolchain { message } => f.write_str(message),
             Error::MissingEnv { variable, hint } => {

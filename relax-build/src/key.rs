@@ -8,7 +8,7 @@
 //! | `source:<path>` | the model source file's content (path relative to the package root) |
 //! | `include:<path>` | each file under the model's `include` files and folders |
 //! | `weights` | the weights file's content |
-//! | `manifest` | the manifest entry after defaults (name, entry, pipeline, inputs) |
+//! | `manifest` | the manifest entry after defaults and environment overrides (name, entry, weights mode, pipelines, opt level, inputs) |
 //! | `target` | the resolved TVM target dict |
 //! | `driver` | the compile driver's source |
 //! | `relax-build` | relax-build's version |
@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
 
 use crate::compile::DRIVER_SOURCE;
 use crate::error::{io, Result};
-use crate::metadata::{Model, SpecDim};
+use crate::metadata::{Model, SpecDim, Weights};
 use crate::toolchain::TVM_VERSION;
 
 /// The labeled inputs of a model's key.
@@ -52,7 +52,7 @@ impl KeyInputs {
                 sha256_file(&file)?,
             );
         }
-        if let Some(weights) = &model.weights {
+        if let Some(weights) = model.weights_file() {
             parts.insert("weights".to_string(), sha256_file(weights)?);
         }
         let inputs: Vec<_> = model
@@ -77,10 +77,19 @@ impl KeyInputs {
                 json!([method.method, arguments])
             })
             .collect();
+        let weights = match &model.weights {
+            Weights::Auto => "auto",
+            Weights::File(_) => "file",
+            Weights::Embed => "embed",
+            Weights::External => "external",
+        };
         let entry = json!({
             "name": model.name,
             "entry": model.entry,
-            "pipeline": model.pipeline.as_str(),
+            "weights": weights,
+            "pipeline": model.options.pipeline.as_str(),
+            "tir_pipeline": model.options.tir_pipeline,
+            "opt_level": model.options.opt_level,
             "inputs": inputs,
         });
         parts.insert(

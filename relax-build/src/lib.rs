@@ -251,7 +251,7 @@ impl Config {
         let relax_dir = out_dir.join("relax");
         let mut compiled = Vec::new();
         for model in &package.metadata.models {
-            let inputs = KeyInputs::of(model, &package.resolver.tvm_target)?;
+            let inputs = package.resolver.key_inputs(model)?;
             let artifacts = package.resolver.resolve(model, &inputs)?;
             compiled.push(materialize(
                 model,
@@ -275,6 +275,38 @@ impl Config {
         Ok(compiled)
     }
 
+    /// Resolves one model declared in code (see [`metadata::Model::from_source`]) and
+    /// copies its artifacts into `OUT_DIR/relax/<model>/` (no prepared folder is used).
+    pub fn try_compile_model(&self, model: &Model) -> Result<CompiledModel> {
+        cargo::set_enabled(self.cargo_directives);
+        let out_dir = self.path_or_env(&self.out_dir, "OUT_DIR")?;
+        let target = match &self.target {
+            Some(target) => target.clone(),
+            None => env::cargo_var("TARGET")?,
+        };
+        let host = self.host.clone().unwrap_or_else(|| target.clone());
+        let resolver = Resolver::new(
+            self.cache()?,
+            out_dir.join("no-prepared-artifacts"),
+            model.manifest_dir.join("Cargo.toml"),
+            target.clone(),
+            target::tvm_target(&target, &host, &rustflags())?,
+            false,
+            None,
+        );
+        let inputs = resolver.key_inputs(model)?;
+        let toolchain = resolver
+            .toolchain()
+            .map_err(|message| Error::Toolchain { message })?;
+        let artifacts = resolver.compile_cached(model, &inputs, toolchain)?;
+        materialize(
+            model,
+            &model.manifest_dir,
+            &artifacts,
+            &out_dir.join("relax"),
+        )
+    }
+
     /// Compiles every model (through the cache) and writes its artifacts to the
     /// prepared folder, so later builds need no Python. Needs a TVM toolchain.
     pub fn prepare(&self) -> Result<Vec<PreparedModel>> {
@@ -283,7 +315,7 @@ impl Config {
         let resolver = &package.resolver;
         let mut prepared = Vec::new();
         for model in &package.metadata.models {
-            let inputs = KeyInputs::of(model, &resolver.tvm_target)?;
+            let inputs = resolver.key_inputs(model)?;
             let toolchain = resolver
                 .toolchain()
                 .map_err(|message| Error::Toolchain { message })?;
@@ -309,7 +341,7 @@ impl Config {
             .models
             .iter()
             .map(|model| {
-                let inputs = KeyInputs::of(model, &resolver.tvm_target)?;
+                let inputs = resolver.key_inputs(model)?;
                 let state = prepared::check(
                     &resolver.prepared_root,
                     &model.name,
@@ -334,7 +366,7 @@ impl Config {
         };
         let mut statuses = Vec::new();
         for model in &package.metadata.models {
-            let inputs = KeyInputs::of(model, &resolver.tvm_target)?;
+            let inputs = resolver.key_inputs(model)?;
             let cache_key = toolchain
                 .as_ref()
                 .map(|toolchain| inputs.cache_key(&toolchain.build_hash));
@@ -379,10 +411,15 @@ impl Config {
         };
         let manifest_path = manifest_dir.join("Cargo.toml");
         cargo::rerun_if_changed(&manifest_path);
-        let metadata = metadata::read(&manifest_dir)?;
-        for model in &metadata.models {
+        let mut metadata = metadata::read(&manifest_dir)?;
+        for model in &mut metadata.models {
+            model.apply_env_overrides()?;
             cargo::rerun_if_changed(&model.source);
-            for path in model.weights.iter().chain(&model.include) {
+            for path in model
+                .weights_file()
+                .into_iter()
+                .chain(model.include.iter().map(PathBuf::as_path))
+            {
                 cargo::rerun_if_changed(path);
             }
         }
@@ -447,7 +484,10 @@ fn materialize(
         .source
         .strip_prefix(manifest_dir)
         .unwrap_or(&model.source);
-    let origin = format!("`{}`, entry `{}`", source.display(), model.entry);
+    let origin = match model.kind {
+        metadata::SourceKind::Python => format!("`{}`, entry `{}`", source.display(), model.entry),
+        metadata::SourceKind::Onnx => format!("`{}`", source.display()),
+    };
     let library_path = format!("relax/{}/{}", model.name, cache::LIBRARY);
     let weights_path = format!("relax/{}/{}", model.name, cache::WEIGHTS);
     let code = codegen::generate(

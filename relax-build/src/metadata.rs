@@ -1,20 +1,34 @@
 //! `[package.metadata.relax]` in Cargo.toml: parsing and validation.
 //!
 //! ```toml
+//! [package.metadata.relax]                 # package defaults for every model (optional)
+//! pipeline = "zero"                        # "zero" (default), "cpu" or "default"
+//! tir_pipeline = "default"                 # passed to tvm.compile
+//! opt_level = 3                            # tvm.transform.PassContext(opt_level=...)
+//! target = { mcpu = "skylake" }            # keys merged over the target derived from Cargo's
+//! python = ".venv/bin/python"              # the interpreter to compile with (after RELAX_PYTHON)
+//!
 //! [package.metadata.relax.models.digits]
-//! source = "models/digits.py"            # relative to the package root
-//! entry = "DigitsMLP"                     # attribute in the source
-//! weights = "models/digits.safetensors"   # optional: parameter values by name
-//! pipeline = "zero"                       # optional: "zero" (default) or "default"
-//! include = ["models/layers"]             # optional: files/folders the source imports
+//! source = "models/digits.py"              # .py (nn module, TVMScript, function) or .onnx
+//! entry = "DigitsMLP"                      # .py only: the attribute to compile
+//! weights = "models/digits.safetensors"    # .py: parameter values by name;
+//!                                          # .onnx: "embed" or "external" (default: by size)
+//! include = ["models/layers"]              # files/folders the source imports
+//! pipeline = "cpu"                         # any package default, per model
 //! [package.metadata.relax.models.digits.inputs.forward]
-//! x = "float32[batch, 64]"                # export spec per method, in argument order
+//! x = "float32[batch, 64]"                 # export spec per method, in argument order
 //! ```
+//!
+//! Per model, environment variables override the manifest (`<MODEL>` is the model name
+//! in upper case): `RELAX_<MODEL>_PIPELINE`, `RELAX_<MODEL>_TIR_PIPELINE`,
+//! `RELAX_<MODEL>_OPT_LEVEL`, and `RELAX_<MODEL>_TARGET` (a JSON object merged over the
+//! target, e.g. `{"mcpu": "znver4"}`).
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::env;
 use crate::error::{Error, Result};
 
 /// The key path of the relax table, for messages.
@@ -28,6 +42,50 @@ pub struct Metadata {
     pub python: Option<PathBuf>,
 }
 
+/// What kind of file a model's source is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    /// A Python file: nn module, TVMScript IRModule, or a function returning an IRModule.
+    Python,
+    /// An ONNX model, imported with `tvm.relax.frontend.onnx.from_onnx`.
+    Onnx,
+}
+
+/// Where a model's weights come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Weights {
+    /// None given: .py sources take none; .onnx sources embed initializers up to 1 MiB
+    /// in total and store larger ones externally.
+    Auto,
+    /// A safetensors file of parameter values by name (.py sources).
+    File(PathBuf),
+    /// ONNX initializers compiled into the library as constants.
+    Embed,
+    /// ONNX initializers stored next to the library (safetensors), bound at load.
+    External,
+}
+
+/// How a model is compiled; package defaults, then the model's keys, then environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompileOptions {
+    pub pipeline: Pipeline,
+    pub tir_pipeline: Option<String>,
+    pub opt_level: u8,
+    /// Keys merged over the target derived from the Cargo target.
+    pub target: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            pipeline: Pipeline::default(),
+            tir_pipeline: None,
+            opt_level: 3,
+            target: serde_json::Map::new(),
+        }
+    }
+}
+
 /// One model, validated, with paths made absolute.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Model {
@@ -35,11 +93,13 @@ pub struct Model {
     /// The package root the relative paths below were given against.
     pub manifest_dir: PathBuf,
     pub source: PathBuf,
+    pub kind: SourceKind,
     /// Extra files and folders the source imports (walked recursively).
     pub include: Vec<PathBuf>,
+    /// The attribute to compile (.py sources; empty for .onnx).
     pub entry: String,
-    pub weights: Option<PathBuf>,
-    pub pipeline: Pipeline,
+    pub weights: Weights,
+    pub options: CompileOptions,
     /// Method name -> arguments in order; empty for TVMScript sources.
     pub inputs: Vec<MethodInputs>,
 }
@@ -48,6 +108,84 @@ impl Model {
     /// The manifest key path of one of this model's keys.
     pub fn key(&self, key: &str) -> String {
         format!("{ROOT_KEY}.models.{}.{key}", self.name)
+    }
+
+    /// A model declared in code rather than a manifest: `source` with every default
+    /// (used by the conformance runner for `.onnx` files, and by tools).
+    pub fn from_source(name: &str, source: &Path, entry: Option<&str>) -> Result<Model> {
+        let dir = source.parent().unwrap_or(Path::new("."));
+        let file = source.file_name().unwrap_or_default().to_string_lossy();
+        let mut text = format!("[package.metadata.relax.models.{name}]\nsource = {file:?}\n");
+        if let Some(entry) = entry {
+            text.push_str(&format!("entry = {entry:?}\n"));
+        }
+        let mut metadata = parse(&text, dir, &dir.join("(declared in code)"))?;
+        Ok(metadata.models.remove(0))
+    }
+
+    /// The `.safetensors` file given in the manifest, if any.
+    pub fn weights_file(&self) -> Option<&Path> {
+        match &self.weights {
+            Weights::File(path) => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The name of a per-model environment variable: `RELAX_<MODEL>_<SUFFIX>`.
+    pub fn env_name(&self, suffix: &str) -> String {
+        format!("RELAX_{}_{suffix}", self.name.to_ascii_uppercase())
+    }
+
+    /// Applies `RELAX_<MODEL>_*` overrides to the compile options.
+    pub fn apply_env_overrides(&mut self) -> Result<()> {
+        let error = |variable: String, message: String| Error::ManifestKey {
+            path: PathBuf::from("environment"),
+            key: variable,
+            message,
+        };
+        let name = self.env_name("PIPELINE");
+        if let Some(value) = env::var(&name) {
+            let value = value.to_string_lossy();
+            self.options.pipeline = Pipeline::parse(&value).ok_or_else(|| {
+                error(
+                    name,
+                    format!("`{value}` is not a pipeline; use zero, cpu or default"),
+                )
+            })?;
+        }
+        let name = self.env_name("TIR_PIPELINE");
+        if let Some(value) = env::var(&name) {
+            self.options.tir_pipeline = Some(value.to_string_lossy().into_owned());
+        }
+        let name = self.env_name("OPT_LEVEL");
+        if let Some(value) = env::var(&name) {
+            let value = value.to_string_lossy();
+            self.options.opt_level =
+                value
+                    .parse()
+                    .ok()
+                    .filter(|level| *level <= 3)
+                    .ok_or_else(|| {
+                        error(
+                            name,
+                            format!("`{value}` is not an opt level; use 0, 1, 2 or 3"),
+                        )
+                    })?;
+        }
+        let name = self.env_name("TARGET");
+        if let Some(value) = env::var(&name) {
+            let value = value.to_string_lossy();
+            match serde_json::from_str::<serde_json::Value>(&value) {
+                Ok(serde_json::Value::Object(keys)) => self.options.target.extend(keys),
+                _ => {
+                    return Err(error(
+                        name,
+                        format!("`{value}` is not a JSON object; give target keys like {{\"mcpu\": \"skylake\"}}"),
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -76,9 +214,11 @@ pub enum SpecDim {
 #[serde(rename_all = "lowercase")]
 pub enum Pipeline {
     /// `relax.get_pipeline("zero")` as a pre-pass (constant folding, fusion), then the
-    /// CPU backend pipeline `relax.get_default_pipeline(target)`.
+    /// target's backend pipeline `relax.get_default_pipeline(target)`.
     #[default]
     Zero,
+    /// The backend pipeline `relax.get_default_pipeline(target)` alone.
+    Cpu,
     /// `tvm.compile`'s `"default"` pipeline alone: lowering only, no folding or fusion.
     Default,
 }
@@ -87,8 +227,15 @@ impl Pipeline {
     pub fn as_str(self) -> &'static str {
         match self {
             Pipeline::Zero => "zero",
+            Pipeline::Cpu => "cpu",
             Pipeline::Default => "default",
         }
+    }
+
+    pub fn parse(text: &str) -> Option<Pipeline> {
+        [Pipeline::Zero, Pipeline::Cpu, Pipeline::Default]
+            .into_iter()
+            .find(|pipeline| pipeline.as_str() == text)
     }
 }
 
@@ -98,12 +245,26 @@ pub const DTYPES: &[&str] = &[
     "uint16", "uint32", "uint64", "bool",
 ];
 
+/// Compile options as written in the manifest (all optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOptions {
+    pipeline: Option<Pipeline>,
+    tir_pipeline: Option<String>,
+    opt_level: Option<u8>,
+    target: Option<toml::Table>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRelax {
     #[serde(default)]
     models: toml::Table,
     python: Option<String>,
+    pipeline: Option<Pipeline>,
+    tir_pipeline: Option<String>,
+    opt_level: Option<u8>,
+    target: Option<toml::Table>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -112,8 +273,10 @@ struct RawModel {
     source: Option<String>,
     entry: Option<String>,
     weights: Option<String>,
-    #[serde(default)]
-    pipeline: Pipeline,
+    pipeline: Option<Pipeline>,
+    tir_pipeline: Option<String>,
+    opt_level: Option<u8>,
+    target: Option<toml::Table>,
     #[serde(default)]
     include: Vec<String>,
     #[serde(default)]
@@ -149,6 +312,17 @@ pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Me
         message,
     };
     let raw: RawRelax = deserialize(relax.clone(), ROOT_KEY, &key_error)?;
+    let defaults = merge_options(
+        CompileOptions::default(),
+        RawOptions {
+            pipeline: raw.pipeline,
+            tir_pipeline: raw.tir_pipeline,
+            opt_level: raw.opt_level,
+            target: raw.target,
+        },
+        ROOT_KEY,
+        &key_error,
+    )?;
     let mut models = Vec::new();
     for (name, value) in raw.models {
         let model_key = format!("{ROOT_KEY}.models.{name}");
@@ -166,6 +340,7 @@ pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Me
         models.push(validate_model(
             name,
             raw,
+            &defaults,
             manifest_dir,
             &model_key,
             &key_error,
@@ -180,6 +355,36 @@ pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Me
         }
     });
     Ok(Metadata { models, python })
+}
+
+fn merge_options(
+    mut options: CompileOptions,
+    raw: RawOptions,
+    key: &str,
+    key_error: &impl Fn(String, String) -> Error,
+) -> Result<CompileOptions> {
+    if let Some(pipeline) = raw.pipeline {
+        options.pipeline = pipeline;
+    }
+    if let Some(tir_pipeline) = raw.tir_pipeline {
+        options.tir_pipeline = Some(tir_pipeline);
+    }
+    if let Some(level) = raw.opt_level {
+        if level > 3 {
+            return Err(key_error(
+                format!("{key}.opt_level"),
+                format!("{level} is not an opt level; use 0, 1, 2 or 3"),
+            ));
+        }
+        options.opt_level = level;
+    }
+    if let Some(target) = raw.target {
+        let json = serde_json::to_value(&target).expect("TOML tables convert to JSON");
+        if let serde_json::Value::Object(keys) = json {
+            options.target.extend(keys);
+        }
+    }
+    Ok(options)
 }
 
 fn deserialize<T: serde::de::DeserializeOwned>(
@@ -238,6 +443,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 fn validate_model(
     name: String,
     raw: RawModel,
+    defaults: &CompileOptions,
     manifest_dir: &Path,
     model_key: &str,
     key_error: &impl Fn(String, String) -> Error,
@@ -247,7 +453,7 @@ fn validate_model(
         key_error(
             key("source"),
             "missing: set it to the model's source file, relative to the package root \
-             (e.g. source = \"models/mlp.py\")"
+             (e.g. source = \"models/mlp.py\" or \"models/mlp.onnx\")"
                 .to_string(),
         )
     })?;
@@ -261,24 +467,49 @@ fn validate_model(
             ),
         ));
     }
-    if source_path.extension().and_then(|ext| ext.to_str()) != Some("py") {
-        return Err(key_error(
-            key("source"),
-            format!(
-                "`{source}` is not a supported source: expected a Python file (.py) defining a \
-                 relax.frontend.nn module, a TVMScript IRModule, or a function returning an IRModule"
-            ),
-        ));
-    }
-    let entry = raw.entry.ok_or_else(|| {
-        key_error(
-            key("entry"),
-            format!("missing: name the attribute of `{source}` to compile (a relax.frontend.nn.Module subclass or a TVMScript IRModule)"),
-        )
-    })?;
-    let weights = match raw.weights {
-        None => None,
-        Some(weights) => {
+    let kind = match source_path.extension().and_then(|ext| ext.to_str()) {
+        Some("py") => SourceKind::Python,
+        Some("onnx") => SourceKind::Onnx,
+        _ => {
+            return Err(key_error(
+                key("source"),
+                format!(
+                    "`{source}` is not a supported source: expected a Python file (.py) defining a \
+                     relax.frontend.nn module, a TVMScript IRModule or a function returning an IRModule, \
+                     or an ONNX model (.onnx)"
+                ),
+            ))
+        }
+    };
+    let entry = match (kind, raw.entry) {
+        (SourceKind::Python, Some(entry)) => entry,
+        (SourceKind::Python, None) => {
+            return Err(key_error(
+                key("entry"),
+                format!("missing: name the attribute of `{source}` to compile (a relax.frontend.nn.Module subclass or a TVMScript IRModule)"),
+            ))
+        }
+        (SourceKind::Onnx, Some(_)) => {
+            return Err(key_error(
+                key("entry"),
+                "an ONNX model has no entry to choose (its graph is the function `main`); remove the key".to_string(),
+            ))
+        }
+        (SourceKind::Onnx, None) => String::new(),
+    };
+    let weights = match (kind, raw.weights) {
+        (_, None) => Weights::Auto,
+        (SourceKind::Onnx, Some(mode)) => match mode.as_str() {
+            "embed" => Weights::Embed,
+            "external" => Weights::External,
+            other => {
+                return Err(key_error(
+                    key("weights"),
+                    format!("`{other}`: for an ONNX model, weights is \"embed\" (initializers compiled in) or \"external\" (stored next to the library); the values come from the graph"),
+                ))
+            }
+        },
+        (SourceKind::Python, Some(weights)) => {
             let path = manifest_dir.join(&weights);
             if !path.is_file() {
                 return Err(key_error(
@@ -292,9 +523,20 @@ fn validate_model(
                     format!("`{weights}` is not a .safetensors file; save the parameters with safetensors (by parameter name)"),
                 ));
             }
-            Some(path)
+            Weights::File(path)
         }
     };
+    let options = merge_options(
+        defaults.clone(),
+        RawOptions {
+            pipeline: raw.pipeline,
+            tir_pipeline: raw.tir_pipeline,
+            opt_level: raw.opt_level,
+            target: raw.target,
+        },
+        model_key,
+        key_error,
+    )?;
     let mut include = Vec::new();
     for (index, path) in raw.include.iter().enumerate() {
         let full = manifest_dir.join(path);
@@ -340,10 +582,11 @@ fn validate_model(
         name,
         manifest_dir: manifest_dir.to_path_buf(),
         source: source_path,
+        kind,
         include,
         entry,
         weights,
-        pipeline: raw.pipeline,
+        options,
         inputs,
     })
 }
@@ -496,6 +739,89 @@ mod tests {
             error
                 .to_string()
                 .contains("`package.metadata.relax.model`: unknown field `model`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn package_defaults_apply_and_models_override_them() {
+        let metadata = parse_manifest(
+            "[package.metadata.relax]\npipeline = \"cpu\"\nopt_level = 2\ntarget = { mcpu = \"skylake\" }\n\
+             [package.metadata.relax.models.a]\nsource = \"src/driver.py\"\nentry = \"A\"\n\
+             [package.metadata.relax.models.b]\nsource = \"src/driver.py\"\nentry = \"B\"\npipeline = \"default\"\n\
+             target = { mattr = [\"+avx2\"] }\n",
+        )
+        .unwrap();
+        let (a, b) = (&metadata.models[0].options, &metadata.models[1].options);
+        assert_eq!((a.pipeline, a.opt_level), (Pipeline::Cpu, 2));
+        assert_eq!((b.pipeline, b.opt_level), (Pipeline::Default, 2));
+        assert_eq!(
+            serde_json::Value::Object(b.target.clone()),
+            serde_json::json!({"mcpu": "skylake", "mattr": ["+avx2"]})
+        );
+    }
+
+    #[test]
+    fn environment_overrides_name_the_variable_when_wrong() {
+        let mut model = parse_manifest(
+            "[package.metadata.relax.models.envtest]\nsource = \"src/driver.py\"\nentry = \"E\"\n",
+        )
+        .unwrap()
+        .models
+        .remove(0);
+        // Variables unique to this test (model `envtest`), so parallel tests are unaffected.
+        std::env::set_var("RELAX_ENVTEST_PIPELINE", "cpu");
+        std::env::set_var("RELAX_ENVTEST_TARGET", "{\"mcpu\": \"znver4\"}");
+        std::env::set_var("RELAX_ENVTEST_OPT_LEVEL", "1");
+        model.apply_env_overrides().unwrap();
+        assert_eq!(model.options.pipeline, Pipeline::Cpu);
+        assert_eq!(model.options.opt_level, 1);
+        assert_eq!(model.options.target["mcpu"], "znver4");
+        std::env::set_var("RELAX_ENVTEST_OPT_LEVEL", "9");
+        let error = model.apply_env_overrides().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "environment: `RELAX_ENVTEST_OPT_LEVEL`: `9` is not an opt level; use 0, 1, 2 or 3"
+        );
+        std::env::remove_var("RELAX_ENVTEST_OPT_LEVEL");
+        std::env::set_var("RELAX_ENVTEST_TARGET", "skylake");
+        let error = model.apply_env_overrides().unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("`RELAX_ENVTEST_TARGET`: `skylake` is not a JSON object"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn sources_must_be_python_or_onnx() {
+        let error = parse_manifest(
+            "[package.metadata.relax.models.m]\nsource = \"tests/golden/pair.rs\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("expected a Python file (.py)"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn onnx_weights_take_embed_or_external() {
+        let onnx = "source = \"../examples/onnx-classifier/models/digits.onnx\"\n";
+        let parse_weights = |weights: &str| {
+            parse_manifest(&format!(
+                "[package.metadata.relax.models.m]\n{onnx}weights = \"{weights}\"\n"
+            ))
+            .map(|metadata| metadata.models[0].weights.clone())
+        };
+        assert_eq!(parse_weights("embed").unwrap(), Weights::Embed);
+        assert_eq!(parse_weights("external").unwrap(), Weights::External);
+        let error = parse_weights("model.safetensors").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("`model.safetensors`: for an ONNX model, weights is \"embed\""),
             "{error}"
         );
     }

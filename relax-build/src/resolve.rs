@@ -43,6 +43,7 @@ pub struct Resolver {
     pub prepared_root: PathBuf,
     pub manifest_path: PathBuf,
     pub cargo_target: String,
+    /// The TVM target derived from the Cargo target, before per-model overrides.
     pub tvm_target: serde_json::Value,
     pub offline: bool,
     pub manifest_python: Option<PathBuf>,
@@ -94,6 +95,20 @@ impl Resolver {
             self.manifest_path.display(),
             self.cargo_target
         )
+    }
+
+    /// The TVM target of one model: the derived target with the model's keys merged over.
+    pub fn model_target(&self, model: &Model) -> serde_json::Value {
+        let mut target = self.tvm_target.clone();
+        if let serde_json::Value::Object(keys) = &mut target {
+            keys.extend(model.options.target.clone());
+        }
+        target
+    }
+
+    /// The key inputs of `model` for this target.
+    pub fn key_inputs(&self, model: &Model) -> Result<KeyInputs> {
+        KeyInputs::of(model, &self.model_target(model))
     }
 
     /// The artifacts of `model`: prepared, cached, or compiled now.
@@ -168,7 +183,7 @@ impl Resolver {
             compile::compile(
                 model,
                 toolchain,
-                &self.tvm_target,
+                &self.model_target(model),
                 &self.cache.driver()?,
                 dir,
             )?;

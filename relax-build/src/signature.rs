@@ -9,6 +9,9 @@ pub struct Signature {
     pub tvm_version: String,
     pub target: String,
     pub functions: Vec<Function>,
+    /// Whether the driver wrote the weights file itself (ONNX initializers kept external).
+    #[serde(default)]
+    pub weights_written: bool,
 }
 
 /// One public Relax function: caller inputs, trailing weights, outputs.

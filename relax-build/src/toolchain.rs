@@ -8,9 +8,10 @@
 //! 4. the managed toolchain, if it is complete;
 //! 5. `python3` on `PATH`;
 //! 6. otherwise the managed toolchain is provisioned: a venv under `RELAX_TOOLCHAIN_DIR`
-//!    with `apache-tvm==0.27.0.post1` and `apache-tvm-ffi==0.1.14.post1`, made behind a
-//!    file lock and marked complete only when the install succeeded (a half-made venv
-//!    is removed and made again).
+//!    with `apache-tvm==0.27.0.post1`, `apache-tvm-ffi==0.1.14.post1` and `onnx==1.23.2`,
+//!    made behind a file lock and marked complete only when the install succeeded (a
+//!    half-made venv is removed and made again; one complete for an older requirement
+//!    list is completed with pip).
 //!
 //! A candidate is probed without importing TVM (which costs over a second): the probe
 //! reads the installed package versions and where their libraries and `RECORD` files
@@ -36,6 +37,26 @@ use crate::key::sha256_bytes;
 pub const TVM_VERSION: &str = "0.27.0.post1";
 /// The apache-tvm-ffi version installed with it (0.1.15 breaks meta-schedule's database).
 pub const TVM_FFI_VERSION: &str = "0.1.14.post1";
+/// The onnx version installed with it, for `.onnx` sources.
+pub const ONNX_VERSION: &str = "1.23.2";
+
+/// What the managed toolchain installs; its completion marker records this list, and a
+/// toolchain made with another list is completed with pip before use.
+pub fn requirements() -> Vec<String> {
+    vec![
+        format!("apache-tvm=={TVM_VERSION}"),
+        format!("apache-tvm-ffi=={TVM_FFI_VERSION}"),
+        format!("onnx=={ONNX_VERSION}"),
+    ]
+}
+
+fn marker_text() -> String {
+    requirements().join("\n") + "\n"
+}
+
+fn is_complete(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join(COMPLETE_MARKER)).is_ok_and(|text| text == marker_text())
+}
 
 /// A usable Python with TVM.
 #[derive(Debug, Clone)]
@@ -135,7 +156,7 @@ pub fn find_or_provision(manifest_python: Option<&Path>, cache: &Cache) -> Resul
         }
     }
     let managed = managed_dir()?;
-    if managed.join(COMPLETE_MARKER).is_file() {
+    if is_complete(&managed) {
         match probe(&managed_python(&managed), "the managed toolchain") {
             Ok(toolchain) => return Ok(toolchain),
             Err(reason) => tried.push(format!("managed toolchain {}: {reason}", managed.display())),
@@ -284,10 +305,10 @@ fn toolchain_from(
 }
 
 const COMPLETE_MARKER: &str = "relax-toolchain-complete";
-
-/// Creates the managed toolchain unless it is complete; safe to run from several builds at once.
+/// Creates (or completes) the managed toolchain unless it is complete; safe to run
+/// from several builds at once.
 fn provision(dir: &Path) -> Result<()> {
-    if dir.join(COMPLETE_MARKER).is_file() {
+    if is_complete(dir) {
         return Ok(());
     }
     let parent = dir.parent().expect("the toolchain dir has a parent");
@@ -305,30 +326,39 @@ fn provision(dir: &Path) -> Result<()> {
         lock.lock()
             .map_err(io(format!("locking {}", lock_path.display())))?;
     }
-    if dir.join(COMPLETE_MARKER).is_file() {
+    if is_complete(dir) {
         return Ok(());
     }
-    if dir.exists() {
+    let marker = dir.join(COMPLETE_MARKER);
+    let upgrade = marker.is_file() && managed_python(dir).is_file();
+    if dir.exists() && !upgrade {
         cargo::warning(
             "relax-build: removing a half-made toolchain left by an interrupted install",
         );
         std::fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
     }
-    let bootstrap = env::var(env::BOOTSTRAP_PYTHON).unwrap_or_else(|| "python3".into());
-    cargo::warning(&format!(
-        "relax-build: creating the managed TVM toolchain in {} (one time, about a minute)",
-        dir.display()
-    ));
-    run(
-        Command::new(&bootstrap).arg("-m").arg("venv").arg(dir),
-        &format!(
-            "`{} -m venv {}`",
-            bootstrap.to_string_lossy(),
+    if upgrade {
+        // Made by an earlier relax-build with other requirements: complete it in place.
+        std::fs::remove_file(&marker).map_err(io(format!("removing {}", marker.display())))?;
+    } else {
+        let bootstrap = env::var(env::BOOTSTRAP_PYTHON).unwrap_or_else(|| "python3".into());
+        cargo::warning(&format!(
+            "relax-build: creating the managed TVM toolchain in {} (one time, about a minute)",
             dir.display()
-        ),
-    )?;
+        ));
+        run(
+            Command::new(&bootstrap).arg("-m").arg("venv").arg(dir),
+            &format!(
+                "`{} -m venv {}`",
+                bootstrap.to_string_lossy(),
+                dir.display()
+            ),
+        )?;
+    }
+    let requirements = requirements();
     cargo::warning(&format!(
-        "relax-build: installing apache-tvm=={TVM_VERSION} apache-tvm-ffi=={TVM_FFI_VERSION} with pip"
+        "relax-build: installing {} with pip",
+        requirements.join(" ")
     ));
     run(
         Command::new(managed_python(dir))
@@ -340,16 +370,10 @@ fn provision(dir: &Path) -> Result<()> {
                 "--no-input",
                 "--quiet",
             ])
-            .arg(format!("apache-tvm=={TVM_VERSION}"))
-            .arg(format!("apache-tvm-ffi=={TVM_FFI_VERSION}")),
+            .args(&requirements),
         "pip install of the pinned TVM",
     )?;
-    let marker = dir.join(COMPLETE_MARKER);
-    std::fs::write(
-        &marker,
-        format!("apache-tvm=={TVM_VERSION}\napache-tvm-ffi=={TVM_FFI_VERSION}\n"),
-    )
-    .map_err(io(format!("writing {}", marker.display())))?;
+    std::fs::write(&marker, marker_text()).map_err(io(format!("writing {}", marker.display())))?;
     cargo::warning("relax-build: the managed TVM toolchain is ready");
     Ok(())
 }

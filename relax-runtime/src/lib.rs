@@ -37,6 +37,9 @@
 //! | the executable's folder | always (how a bundled app ships them) |
 //! | the toolchain that compiled the model | the folders relax-build recorded at build time |
 //!
+//! Each `load()` writes the embedded library to a private temporary file (in
+//! `TMPDIR`, default `/tmp`) that is deleted once TVM has loaded it.
+//!
 //! # Element types
 //!
 //! [`Tensor::from_slice`] and [`Tensor::as_slice`] take `f32`, `f64`, `i8`..`i64`,

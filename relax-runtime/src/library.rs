@@ -120,11 +120,14 @@ impl Runtime {
 
     /// Loads a compiled model library from its bytes.
     ///
-    /// On Linux the bytes go to an anonymous in-memory file (memfd) that is loaded
-    /// through `/proc/self/fd`, so nothing is written to disk.
+    /// The bytes go to a new private temporary file (random name, mode 0600) that is
+    /// deleted as soon as TVM has loaded it. Every load gets its own path: the dynamic
+    /// loader returns an already loaded library when a path repeats, so reusing a name
+    /// (such as a recycled `/proc/self/fd/N` of an in-memory file) would hand a second
+    /// model the first one's code.
     pub(crate) fn load_module_from_bytes(&self, model: &str, bytes: &[u8]) -> Result<Object> {
-        let file = anonymous_file_with(model, bytes)?;
-        self.load_module_from_file(model, &file.path)
+        let file = temporary_library(model, bytes)?;
+        self.load_module_from_file(model, file.path())
     }
 
     /// Loads a compiled model library from a file.
@@ -237,33 +240,25 @@ fn open_global(path: &Path) -> Result<libloading::Library> {
     Ok(library.into())
 }
 
-/// A file that holds a model library while TVM loads it; closed (and gone) on drop.
-struct AnonymousFile {
-    path: PathBuf,
-    _file: std::fs::File,
-}
-
-fn anonymous_file_with(model: &str, bytes: &[u8]) -> Result<AnonymousFile> {
+/// A private temporary file holding a model library; deleted on drop.
+fn temporary_library(model: &str, bytes: &[u8]) -> Result<tempfile::NamedTempFile> {
     use std::io::Write;
-    use std::os::fd::{AsRawFd, FromRawFd};
 
-    let name = CString::new(format!("relax-model-{model}")).expect("model names have no NUL byte");
-    // SAFETY: memfd_create takes a valid C string and flags; it returns a new fd or -1.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(Error::Io {
-            context: format!("creating an in-memory file for model `{model}`"),
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: `fd` is a new file descriptor that nothing else owns.
-    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-    file.write_all(bytes).map_err(|source| Error::Io {
-        context: format!("writing the library of model `{model}` to an in-memory file"),
-        source,
-    })?;
-    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-    Ok(AnonymousFile { path, _file: file })
+    let io_error = |context: String| move |source| Error::Io { context, source };
+    let mut file = tempfile::Builder::new()
+        .prefix(&format!("relax-model-{model}-"))
+        .suffix(".so")
+        .tempfile()
+        .map_err(io_error(format!(
+            "creating a temporary file for the library of model `{model}`"
+        )))?;
+    file.write_all(bytes)
+        .and_then(|()| file.flush())
+        .map_err(io_error(format!(
+            "writing the library of model `{model}` to {}",
+            file.path().display()
+        )))?;
+    Ok(file)
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use crate::tensor::Tensor;
 #[derive(Debug)]
 pub struct ModelSignature {
     pub name: &'static str,
+    /// The TVM target the library was compiled for (a JSON dict).
+    pub target: &'static str,
     pub functions: &'static [FunctionSignature],
     /// `:`-separated folders that held `libtvm_ffi.so` / `libtvm_runtime.so` on the
     /// build machine (searched last).

@@ -235,3 +235,48 @@ pub fn cargo_relax(args: &[&str], env: &[(&str, &str)]) -> Output {
     all.extend_from_slice(args);
     cargo(workspace_root(), &all, env)
 }
+
+/// Packages the tests' own Python needs for references (onnxruntime), beside numpy and onnx.
+const TEST_REQUIREMENTS: &[&str] = &["numpy", "onnx==1.23.2", "onnxruntime==1.23.2"];
+
+/// A Python with onnxruntime for reference outputs: `RELAX_TEST_PYTHON`, else a venv
+/// made (once, behind a lock) under `target/test-python`.
+pub fn test_python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        if let Some(python) = std::env::var_os("RELAX_TEST_PYTHON") {
+            return PathBuf::from(python);
+        }
+        let dir = workspace_root().join("target").join("test-python");
+        let marker = dir.join("complete");
+        let python = dir.join("bin").join("python");
+        std::fs::create_dir_all(workspace_root().join("target")).unwrap();
+        let lock = std::fs::File::create(workspace_root().join("target").join("test-python.lock"))
+            .unwrap();
+        lock.lock().unwrap();
+        if std::fs::read_to_string(&marker).ok().as_deref() != Some(&TEST_REQUIREMENTS.join(" ")) {
+            let _ = std::fs::remove_dir_all(&dir);
+            let venv = Command::new("python3")
+                .arg("-m")
+                .arg("venv")
+                .arg(&dir)
+                .output()
+                .expect("python3 -m venv");
+            assert_success(&venv, "creating the tests' Python venv");
+            let pip = Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
+                .args(TEST_REQUIREMENTS)
+                .output()
+                .expect("pip");
+            assert_success(&pip, "installing the tests' Python packages");
+            std::fs::write(&marker, TEST_REQUIREMENTS.join(" ")).unwrap();
+        }
+        python
+    })
+}

@@ -9,6 +9,7 @@ pub mod pair {
     /// The compiled signature of `pair`.
     pub static SIGNATURE: ModelSignature = ModelSignature {
         name: "pair",
+        target: "{\"kind\":\"llvm\",\"tag\":\"\",\"keys\":[\"cpu\"],\"mtriple\":\"x86_64-unknown-linux-gnu\"}",
         functions: &[
             FunctionSignature {
                 name: "scale",

@@ -1,0 +1,106 @@
+//! ONNX sources: per-model options and pinned dims, and the conformance runner over
+//! ONNX's own backend-test cases against the committed pass list and TVM's own path.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use relax_cargo_tests::{
+    assert_success, cargo, python, run_fixture, toolchain_python, workspace_root,
+};
+
+#[test]
+fn pinned_and_renamed_dims_and_per_model_options() {
+    let output = run_fixture("onnx-options", &[]);
+    let lines: Vec<&str> = output.lines().collect();
+    assert!(lines[0].starts_with("pinned target: {"), "{output}");
+    assert!(
+        lines[0].contains(r#""mcpu":"x86-64-v2""#),
+        "the model's target keys are merged in: {output}"
+    );
+    assert_eq!(
+        lines[1..],
+        [
+            "pinned: [Static(4), Static(64)]",
+            "renamed: [Symbolic(\"n\"), Static(64)]",
+            "first four rows agree: true",
+            "model `pinned`, function `main`, argument `pixels`: expected shape [4, 64], found [5, 64]",
+        ]
+    );
+}
+
+fn onnx_test_data() -> PathBuf {
+    let script = "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data'))";
+    let output = std::process::Command::new(toolchain_python())
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert_success(&output, "locating onnx's backend test data");
+    PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
+}
+
+fn cases(output: &str, prefixes: &[&str]) -> BTreeSet<String> {
+    output
+        .lines()
+        .filter_map(|line| {
+            let (word, rest) = line.split_once(' ')?;
+            prefixes
+                .contains(&word)
+                .then(|| rest.split(':').next().unwrap().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn conformance_runner_keeps_the_pass_list_and_fails_only_where_tvm_does() {
+    let data = onnx_test_data();
+    let dirs = [data.join("pytorch-operator"), data.join("simple")];
+    let expected = workspace_root().join("relax-conformance/expected-pass.txt");
+    let mut args = vec![
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "relax-conformance",
+        "--",
+        "--expect",
+    ];
+    args.push(expected.to_str().unwrap());
+    args.extend(dirs.iter().map(|dir| dir.to_str().unwrap()));
+    let output = cargo(workspace_root(), &args, &[]);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_success(&output, "relax-conformance --expect");
+
+    let passed = cases(&stdout, &["PASS"]);
+    let listed: BTreeSet<String> = std::fs::read_to_string(&expected)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(passed.is_superset(&listed), "every listed case passes");
+    assert!(
+        passed.len() >= 42,
+        "at least TVM's own 42 of 58 pass: {stdout}"
+    );
+    let total_line = stdout
+        .lines()
+        .rev()
+        .find(|line| line.ends_with(" failed"))
+        .unwrap();
+    let failed_count: usize = total_line.split(' ').nth(2).unwrap().parse().unwrap();
+    assert_eq!(passed.len() + failed_count, 58, "{total_line}");
+
+    let ours_failed = cases(&stdout, &["FAIL", "UNSUPPORTED"]);
+    let reference = python(
+        &workspace_root().join("relax-conformance/tvm_reference.py"),
+        &dirs
+            .iter()
+            .map(|dir| dir.to_str().unwrap())
+            .collect::<Vec<_>>(),
+    );
+    let tvm_failed = cases(&reference, &["FAIL"]);
+    assert!(
+        ours_failed.is_subset(&tvm_failed),
+        "cases that fail here but pass through TVM's own Python path: {:?}",
+        ours_failed.difference(&tvm_failed).collect::<Vec<_>>()
+    );
+}
