@@ -67,3 +67,11 @@ fn shape_and_dtype_mismatches_are_caught_before_the_call() {
         ]
     );
 }
+
+#[test]
+fn every_supported_dtype_a_scalar_and_a_zero_size_dim_match_numpy() {
+    let ours = run_fixture("dtypes", &[]);
+    let reference = python(&fixture("dtypes").join("reference.py"), &[]);
+    assert_eq!(ours.lines().count(), 8, "{ours}");
+    assert_eq!(ours, reference);
+}

@@ -115,8 +115,9 @@ mod sealed {
 
 /// A Rust type whose values can be tensor elements.
 ///
-/// float16 and bfloat16 tensors have no Rust element type here; read their bits with
-/// [`Tensor::as_bytes`](crate::Tensor::as_bytes).
+/// float16 and bfloat16 elements are `half::f16` / `half::bf16` with the `half` feature;
+/// without it, read and write their bits with [`Tensor::as_bytes`](crate::Tensor::as_bytes)
+/// and [`Tensor::from_bytes`](crate::Tensor::from_bytes).
 pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
     const DTYPE: DType;
 }
@@ -136,6 +137,9 @@ element! {
     u8 => U8, u16 => U16, u32 => U32, u64 => U64,
     bool => BOOL,
 }
+
+#[cfg(feature = "half")]
+element! { half::f16 => F16, half::bf16 => BF16 }
 
 #[cfg(test)]
 mod tests {
@@ -157,6 +161,16 @@ mod tests {
         for name in ["float", "float8", "int7", "f32", "uint", "bfloat32", ""] {
             assert_eq!(DType::parse(name), None, "{name} should not parse");
         }
+    }
+
+    #[cfg(feature = "half")]
+    #[test]
+    fn half_elements_round_trip() {
+        let values = [half::f16::from_f32(1.5), half::f16::from_f32(-2.0)];
+        let tensor = crate::Tensor::from_slice(&values, &[2]).unwrap();
+        assert_eq!(tensor.dtype(), DType::F16);
+        assert_eq!(tensor.as_slice::<half::f16>().unwrap(), &values);
+        assert_eq!(tensor.as_bytes().unwrap(), &[0x00, 0x3e, 0x00, 0xc0]);
     }
 
     #[test]

@@ -43,8 +43,9 @@
 //! # Element types
 //!
 //! [`Tensor::from_slice`] and [`Tensor::as_slice`] take `f32`, `f64`, `i8`..`i64`,
-//! `u8`..`u64` and `bool`. Other dtypes (float16, bfloat16) are read and written as
-//! raw bytes with [`Tensor::from_bytes`] and [`Tensor::as_bytes`].
+//! `u8`..`u64` and `bool`, and with the `half` feature `half::f16` (float16) and
+//! `half::bf16` (bfloat16). Without it, float16/bfloat16 data is read and written as
+//! raw little-endian bits with [`Tensor::from_bytes`] and [`Tensor::as_bytes`].
 
 #[allow(
     non_upper_case_globals,
