@@ -44,6 +44,26 @@ enum Command_ {
         #[arg(long, value_name = "TRIPLE")]
         target: Option<String>,
     },
+    /// Copy a built executable and the TVM runtime libraries for its target into dist/<bin>-<target>/.
+    ///
+    /// Build first (`cargo build --release --target TRIPLE -p PKG`); the bundle runs from any
+    /// folder with no environment variables (the executable finds the libraries next to it).
+    Bundle {
+        #[command(flatten)]
+        package: PackageArgs,
+        /// Cargo target triple the executable was built for (default: this machine's).
+        #[arg(long, value_name = "TRIPLE")]
+        target: Option<String>,
+        /// Bundle the release build (default: the debug build).
+        #[arg(long)]
+        release: bool,
+        /// The binary to bundle (default: the package's only binary).
+        #[arg(long, value_name = "NAME")]
+        bin: Option<String>,
+        /// Where to create <bin>-<target>/ (default: dist/ in the workspace root).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Delete relax-build's artifact cache (RELAX_CACHE_DIR, default ~/.cache/relax-cargo/cache).
     Clean,
 }
@@ -86,7 +106,7 @@ fn run(command: Command_) -> Result<ExitCode, String> {
             targets,
             check,
         } => {
-            let manifest_dir = package.manifest_dir()?;
+            let manifest_dir = package.select()?.manifest_dir;
             let targets = if targets.is_empty() {
                 vec![host_triple()?]
             } else {
@@ -99,13 +119,20 @@ fn run(command: Command_) -> Result<ExitCode, String> {
             }
         }
         Command_::Info { package, target } => {
-            let manifest_dir = package.manifest_dir()?;
+            let manifest_dir = package.select()?.manifest_dir;
             let target = match target {
                 Some(target) => target,
                 None => host_triple()?,
             };
             info(&manifest_dir, &target)
         }
+        Command_::Bundle {
+            package,
+            target,
+            release,
+            bin,
+            out,
+        } => bundle(&package.select()?, target, release, bin, out),
         Command_::Clean => {
             let cache = Config::new()
                 .cargo_directives(false)
@@ -237,43 +264,199 @@ fn info(manifest_dir: &Path, target: &str) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The package a command works on, as `cargo metadata` describes it.
+struct SelectedPackage {
+    manifest_dir: PathBuf,
+    name: String,
+    binaries: Vec<String>,
+    target_directory: PathBuf,
+    workspace_root: PathBuf,
+}
+
 impl PackageArgs {
-    /// The folder of the selected package's Cargo.toml.
-    fn manifest_dir(&self) -> Result<PathBuf, String> {
-        if let Some(path) = &self.manifest_path {
-            let path = std::fs::canonicalize(path)
-                .map_err(|error| format!("--manifest-path {}: {error}", path.display()))?;
-            return Ok(path.parent().expect("a file has a parent").to_path_buf());
+    /// The package named by -p or --manifest-path, else the one around the current folder.
+    fn select(&self) -> Result<SelectedPackage, String> {
+        let mut arguments = vec!["metadata", "--format-version", "1", "--no-deps"];
+        let manifest_path = self
+            .manifest_path
+            .as_ref()
+            .map(|path| path.to_string_lossy().into_owned());
+        if let Some(path) = &manifest_path {
+            arguments.extend(["--manifest-path", path]);
         }
-        let metadata = cargo_output(&["metadata", "--format-version", "1", "--no-deps"])?;
-        let metadata: serde_json::Value = serde_json::from_str(&metadata)
+        let metadata: serde_json::Value = serde_json::from_str(&cargo_output(&arguments)?)
             .map_err(|error| format!("cargo metadata printed invalid JSON: {error}"))?;
         let packages = metadata["packages"].as_array().cloned().unwrap_or_default();
-        let manifest_of =
-            |package: &serde_json::Value| package["manifest_path"].as_str().map(PathBuf::from);
-        let chosen = match &self.package {
-            Some(name) => packages
+        let manifest_of = |package: &serde_json::Value| {
+            PathBuf::from(package["manifest_path"].as_str().unwrap_or_default())
+        };
+        let chosen = if let Some(name) = &self.package {
+            packages
                 .iter()
                 .find(|package| package["name"] == name.as_str())
-                .and_then(manifest_of)
-                .ok_or_else(|| format!("no package `{name}` in this workspace"))?,
-            None => {
-                let current = std::env::current_dir().map_err(|error| error.to_string())?;
-                packages
-                    .iter()
-                    .filter_map(manifest_of)
-                    .filter(|manifest| current.starts_with(manifest.parent().unwrap()))
-                    .max_by_key(|manifest| manifest.components().count())
-                    .ok_or(
-                        "the current folder is in no package; pass -p NAME or --manifest-path PATH",
-                    )?
-            }
+                .ok_or_else(|| format!("no package `{name}` in this workspace"))?
+        } else {
+            let anchor = match &self.manifest_path {
+                Some(path) => std::fs::canonicalize(path)
+                    .map_err(|error| format!("--manifest-path {}: {error}", path.display()))?
+                    .parent()
+                    .expect("a file has a folder")
+                    .to_path_buf(),
+                None => std::env::current_dir().map_err(|error| error.to_string())?,
+            };
+            packages
+                .iter()
+                .filter(|package| anchor.starts_with(manifest_of(package).parent().unwrap()))
+                .max_by_key(|package| manifest_of(package).components().count())
+                .ok_or(
+                    "the current folder is in no package; pass -p NAME or --manifest-path PATH",
+                )?
         };
-        Ok(chosen
-            .parent()
-            .expect("a manifest has a folder")
-            .to_path_buf())
+        let binaries = chosen["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|target| {
+                target["kind"]
+                    .as_array()
+                    .is_some_and(|kinds| kinds.iter().any(|kind| kind == "bin"))
+            })
+            .filter_map(|target| target["name"].as_str().map(str::to_string))
+            .collect();
+        Ok(SelectedPackage {
+            manifest_dir: manifest_of(chosen)
+                .parent()
+                .expect("a manifest has a folder")
+                .to_path_buf(),
+            name: chosen["name"].as_str().unwrap_or_default().to_string(),
+            binaries,
+            target_directory: PathBuf::from(
+                metadata["target_directory"].as_str().unwrap_or("target"),
+            ),
+            workspace_root: PathBuf::from(metadata["workspace_root"].as_str().unwrap_or(".")),
+        })
     }
+}
+
+fn bundle(
+    package: &SelectedPackage,
+    target: Option<String>,
+    release: bool,
+    bin: Option<String>,
+    out: Option<PathBuf>,
+) -> Result<ExitCode, String> {
+    let host = host_triple()?;
+    let explicit_target = target.is_some();
+    let target = target.unwrap_or_else(|| host.clone());
+    let bin = match bin {
+        Some(bin) => bin,
+        None => match package.binaries.as_slice() {
+            [only] => only.clone(),
+            [] => {
+                return Err(format!(
+                    "package `{}` has no binary to bundle",
+                    package.name
+                ))
+            }
+            several => {
+                return Err(format!(
+                    "package `{}` has several binaries ({}); choose one with --bin",
+                    package.name,
+                    several.join(", ")
+                ))
+            }
+        },
+    };
+    let profile = if release { "release" } else { "debug" };
+    let mut build_dir = package.target_directory.clone();
+    if explicit_target {
+        build_dir.push(&target);
+    }
+    let executable = build_dir.join(profile).join(&bin);
+    if !executable.is_file() {
+        return Err(format!(
+            "{} does not exist; build it first: cargo build{}{} -p {}",
+            executable.display(),
+            if release { " --release" } else { "" },
+            if explicit_target {
+                format!(" --target {target}")
+            } else {
+                String::new()
+            },
+            package.name
+        ));
+    }
+    let runtime_dirs = config(&package.manifest_dir, &target)?
+        .runtime_library_dirs()
+        .map_err(|error| error.to_string())?;
+    let bundle_dir = out
+        .unwrap_or_else(|| package.workspace_root.join("dist"))
+        .join(format!("{bin}-{target}"));
+    if bundle_dir.exists() {
+        std::fs::remove_dir_all(&bundle_dir)
+            .map_err(|error| format!("removing {}: {error}", bundle_dir.display()))?;
+    }
+    std::fs::create_dir_all(&bundle_dir)
+        .map_err(|error| format!("creating {}: {error}", bundle_dir.display()))?;
+    let mut files = vec![(executable.clone(), bundle_dir.join(&bin))];
+    for library in ["libtvm_ffi.so", "libtvm_runtime.so"] {
+        let source = runtime_dirs
+            .iter()
+            .map(|dir| dir.join(library))
+            .find(|path| path.is_file())
+            .ok_or_else(|| format!("no {library} for {target} in {:?}", runtime_dirs))?;
+        files.push((source, bundle_dir.join(library)));
+    }
+    let expected = relax_build::target::elf_machine(&target);
+    let mut total = 0;
+    for (source, destination) in &files {
+        let bytes = std::fs::read(source)
+            .map_err(|error| format!("reading {}: {error}", source.display()))?;
+        if let (Some((machine, name)), Some(found)) =
+            (expected, relax_build::target::read_elf_machine(&bytes))
+        {
+            if found != machine {
+                return Err(format!(
+                    "{} is {} code, but {target} needs {name}",
+                    source.display(),
+                    relax_build::target::elf_machine_name(found)
+                ));
+            }
+        }
+        std::fs::copy(source, destination)
+            .map_err(|error| format!("copying {}: {error}", source.display()))?;
+        total += bytes.len() as u64;
+    }
+    std::fs::write(bundle_dir.join("README.md"), bundle_readme(&bin, &target))
+        .map_err(|error| error.to_string())?;
+    println!(
+        "bundled {} ({}) in {}",
+        bin,
+        human_size(total),
+        bundle_dir.display()
+    );
+    for (_, destination) in &files {
+        let size = std::fs::metadata(destination)
+            .map(|metadata| metadata.len())
+            .unwrap_or(0);
+        println!(
+            "  {:<20} {}",
+            destination.file_name().unwrap().to_string_lossy(),
+            human_size(size)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bundle_readme(bin: &str, target: &str) -> String {
+    format!(
+        "# {bin} for {target}\n\n\
+         Made by `cargo relax bundle`. Run `./{bin}` from any folder; no environment variables are needed.\n\n\
+         - `{bin}`: the executable; its TVM Relax models are compiled into it.\n\
+         - `libtvm_ffi.so`, `libtvm_runtime.so`: Apache TVM's runtime (Apache-2.0), which the executable\n  \
+         loads from its own folder. Keep the three files together.\n\n\
+         To use other runtime libraries, set RELAX_RUNTIME_DIR to a folder holding both.\n"
+    )
 }
 
 fn host_triple() -> Result<String, String> {

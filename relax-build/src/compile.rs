@@ -10,6 +10,7 @@ use crate::cache::{LIBRARY, SIGNATURE, WEIGHTS};
 use crate::error::{io, Error, Result};
 use crate::metadata::{Model, SpecDim, Weights};
 use crate::signature::{format_shape, Dim, Signature};
+use crate::target::CrossCompiler;
 use crate::toolchain::Toolchain;
 
 /// The compile driver, shipped inside the crate.
@@ -24,13 +25,21 @@ struct DriverError {
     detail: String,
 }
 
+/// What to compile for: the Cargo target, its TVM target dict, and for a cross build
+/// the compiler that links the library.
+pub struct CompileTarget<'a> {
+    pub cargo: &'a str,
+    pub tvm: serde_json::Value,
+    pub cross_compiler: Option<&'a CrossCompiler>,
+}
+
 /// Compiles `model` for `target` into `model_dir` with the toolchain's Python, leaving
 /// there the library, the signature and the checked weights (see [`crate::cache`] for
-/// the file names).
+/// the file names). The library's ELF machine is checked against the Cargo target.
 pub fn compile(
     model: &Model,
     toolchain: &Toolchain,
-    target: &serde_json::Value,
+    target: &CompileTarget<'_>,
     driver: &Path,
     model_dir: &Path,
 ) -> Result<()> {
@@ -40,7 +49,8 @@ pub fn compile(
         "source": model.source,
         "entry": model.entry,
         "inputs": inputs_json(model),
-        "target": target,
+        "target": target.tvm,
+        "cross_compiler": target.cross_compiler.map(|compiler| &compiler.command),
         "pipeline": model.options.pipeline.as_str(),
         "tir_pipeline": model.options.tir_pipeline,
         "opt_level": model.options.opt_level,
@@ -64,13 +74,49 @@ pub fn compile(
             message: format!("cannot run {}: {error}", toolchain.python.display()),
         })?;
     if !output.status.success() {
-        return Err(driver_failure(model, model_dir, &output));
+        return Err(driver_failure(model, target, model_dir, &output));
     }
+    check_machine(model, target, &model_dir.join(LIBRARY))?;
     let signature = read_signature(&model.name, &model_dir.join(SIGNATURE))?;
     copy_weights(model, &signature, model_dir)?;
     std::fs::remove_file(&request_path)
         .map_err(io(format!("removing {}", request_path.display())))?;
     Ok(())
+}
+
+/// Refuses a library built for another machine than the Cargo target's.
+fn check_machine(model: &Model, target: &CompileTarget<'_>, library: &Path) -> Result<()> {
+    let Some((expected, expected_name)) = crate::target::elf_machine(target.cargo) else {
+        return Ok(());
+    };
+    let bytes = std::fs::read(library).map_err(io(format!("reading {}", library.display())))?;
+    let found = crate::target::read_elf_machine(&bytes);
+    if found == Some(expected) {
+        return Ok(());
+    }
+    let found = found.map_or("not an ELF library".to_string(), |machine| {
+        format!("{} code", crate::target::elf_machine_name(machine))
+    });
+    let linker = match target.cross_compiler {
+        Some(compiler) => format!("`{}` (from {})", compiler.command, compiler.origin),
+        None => "the host's C++ compiler".to_string(),
+    };
+    Err(Error::Model {
+        model: model.name.clone(),
+        key: None,
+        message: format!(
+            "the compiled library is {found}, but the Cargo target {} needs {expected_name} code; \
+             it was linked by {linker} for the TVM target {}",
+            target.cargo, target.tvm
+        ),
+        detail: format!(
+            "Fix: point CXX_{} at the target's C++ compiler (e.g. {}-linux-gnu-g++) and make sure the \
+             model's `target` (or RELAX_{}_TARGET) does not set another mtriple.",
+            target.cargo.replace('-', "_"),
+            target.cargo.split('-').next().unwrap_or_default(),
+            model.name.to_ascii_uppercase()
+        ),
+    })
 }
 
 /// Reads a signature JSON written by the driver.
@@ -115,7 +161,12 @@ fn inputs_json(model: &Model) -> serde_json::Value {
 }
 
 /// Turns the driver's `error.json` (or its stderr, if it crashed) into an error on the right key.
-fn driver_failure(model: &Model, model_dir: &Path, output: &std::process::Output) -> Error {
+fn driver_failure(
+    model: &Model,
+    target: &CompileTarget<'_>,
+    model_dir: &Path,
+    output: &std::process::Output,
+) -> Error {
     let report = std::fs::read(model_dir.join("error.json"))
         .ok()
         .and_then(|bytes| serde_json::from_slice::<DriverError>(&bytes).ok());
@@ -208,6 +259,26 @@ fn driver_failure(model: &Model, model_dir: &Path, output: &std::process::Output
             format!("{}; give its shape in `inputs`", report.message),
         ),
         "unsupported_type" => (None, report.message),
+        "link" => {
+            let (compiler, fix) = match target.cross_compiler {
+                Some(compiler) => (
+                    format!("`{}` (from {})", compiler.command, compiler.origin),
+                    format!(
+                        "point CXX_{} at a C++ compiler for {} (on Debian: apt-get install g++-{}-linux-gnu)",
+                        target.cargo.replace('-', "_"),
+                        target.cargo,
+                        target.cargo.split('-').next().unwrap_or_default()
+                    ),
+                ),
+                None => ("the host's C++ compiler".to_string(), "install g++ (or set CXX)".to_string()),
+            };
+            return Error::Model {
+                model: model.name.clone(),
+                key: None,
+                message: format!("linking the library for {} with {compiler} failed; Fix: {fix}", target.cargo),
+                detail: report.detail,
+            };
+        }
         "tvm_version" => (
             None,
             format!(

@@ -429,10 +429,14 @@ def export_library(executable, output_dir, library_name, cross_compiler):
     from tvm.support import cc
 
     temporary = os.path.join(output_dir, library_name + ".tmp.so")
-    if cross_compiler:
-        executable.export_library(temporary, fcompile=cc.cross_compiler(cross_compiler))
-    else:
-        executable.export_library(temporary)
+    try:
+        if cross_compiler:
+            executable.export_library(temporary, fcompile=cc.cross_compiler(cross_compiler))
+        else:
+            executable.export_library(temporary)
+    except Exception as error:
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        raise DriverError("link", f"linking the library with `{cross_compiler or 'the host C++ compiler'}` failed", "\n".join(lines[-6:])) from error
     os.replace(temporary, os.path.join(output_dir, library_name))
 
 

@@ -100,7 +100,7 @@ pub use resolve::ArtifactSource;
 
 use error::io;
 use metadata::{Metadata, Model};
-use resolve::{Artifacts, Resolver};
+use resolve::{Artifacts, Resolver, ResolverSettings};
 use signature::Signature;
 
 /// Compiles every model of the package being built. Call it from `build.rs`.
@@ -164,6 +164,33 @@ struct Package {
     manifest_dir: PathBuf,
     metadata: Metadata,
     resolver: Resolver,
+}
+
+impl Package {
+    /// The folders of the target's TVM runtime libraries (see
+    /// [`toolchain::runtime_library_dirs`]); a cross target's are fetched when missing,
+    /// unless offline.
+    fn runtime_library_dirs(&self) -> Result<Vec<PathBuf>> {
+        let resolver = &self.resolver;
+        let cross = resolver.cargo_target != resolver.host;
+        let needs_toolchain = cross
+            && !resolver.offline
+            && !toolchain::managed_target_runtime_dir(&resolver.cargo_target)?
+                .join("libtvm_runtime.so")
+                .is_file();
+        let toolchain = match needs_toolchain {
+            true => resolver.toolchain().ok(),
+            false => resolver.resolved_toolchain(),
+        };
+        toolchain::runtime_library_dirs(&toolchain::RuntimeLookup {
+            cargo_target: &resolver.cargo_target,
+            host: &resolver.host,
+            toolchain,
+            manifest_python: self.metadata.python.as_deref(),
+            cache: &resolver.cache,
+            fetch: !resolver.offline,
+        })
+    }
 }
 
 impl Config {
@@ -260,13 +287,7 @@ impl Config {
                 &relax_dir,
             )?);
         }
-        let runtime_dirs = match package.resolver.resolved_toolchain() {
-            Some(toolchain) => toolchain.runtime_library_dirs.clone(),
-            None => toolchain::known_runtime_library_dirs(
-                package.metadata.python.as_deref(),
-                &package.resolver.cache,
-            ),
-        };
+        let runtime_dirs = package.runtime_library_dirs()?;
         let runtime_dirs: Vec<String> = runtime_dirs
             .iter()
             .map(|dir| dir.to_string_lossy().into_owned())
@@ -285,15 +306,17 @@ impl Config {
             None => env::cargo_var("TARGET")?,
         };
         let host = self.host.clone().unwrap_or_else(|| target.clone());
-        let resolver = Resolver::new(
-            self.cache()?,
-            out_dir.join("no-prepared-artifacts"),
-            model.manifest_dir.join("Cargo.toml"),
-            target.clone(),
-            target::tvm_target(&target, &host, &rustflags())?,
-            false,
-            None,
-        );
+        let resolver = Resolver::new(ResolverSettings {
+            cache: self.cache()?,
+            prepared_root: out_dir.join("no-prepared-artifacts"),
+            manifest_path: model.manifest_dir.join("Cargo.toml"),
+            base_target: target::tvm_target(&target, &host, &rustflags())
+                .map_err(|error| error.to_string()),
+            cargo_target: target,
+            host,
+            offline: false,
+            manifest_python: None,
+        });
         let inputs = resolver.key_inputs(model)?;
         let toolchain = resolver
             .toolchain()
@@ -328,6 +351,8 @@ impl Config {
                 source: artifacts.source,
             });
         }
+        // A later offline build of a cross target needs the target's runtime libraries.
+        package.runtime_library_dirs()?;
         Ok(prepared)
     }
 
@@ -390,6 +415,13 @@ impl Config {
         Ok((toolchain, statuses))
     }
 
+    /// The folders holding `libtvm_ffi.so` and `libtvm_runtime.so` for the configured
+    /// target (fetched for a cross target when missing, unless offline).
+    pub fn runtime_library_dirs(&self) -> Result<Vec<PathBuf>> {
+        cargo::set_enabled(self.cargo_directives);
+        self.package()?.runtime_library_dirs()
+    }
+
     /// The cache this configuration uses.
     pub fn cache(&self) -> Result<Cache> {
         cargo::set_enabled(self.cargo_directives);
@@ -432,25 +464,21 @@ impl Config {
             // watched path is missing.
             cargo::rerun_if_changed(&prepared_root);
         }
-        if target != host {
-            return Err(Error::UnsupportedTarget {
-                target,
-                message: format!(
-                    "cross-compiling models from {host} is not supported yet; build for the host"
-                ),
+        let base_target =
+            target::tvm_target(&target, &host, &rustflags()).map_err(|error| match error {
+                Error::UnsupportedTarget { message, .. } => message,
+                other => other.to_string(),
             });
-        }
-        let tvm_target = target::tvm_target(&target, &host, &rustflags())?;
-        let offline = self.offline.unwrap_or_else(env::offline);
-        let resolver = Resolver::new(
-            self.cache()?,
+        let resolver = Resolver::new(ResolverSettings {
+            cache: self.cache()?,
             prepared_root,
             manifest_path,
-            target,
-            tvm_target,
-            offline,
-            metadata.python.clone(),
-        );
+            cargo_target: target,
+            host,
+            base_target,
+            offline: self.offline.unwrap_or_else(env::offline),
+            manifest_python: metadata.python.clone(),
+        });
         Ok(Package {
             manifest_dir,
             metadata,

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::key::KeyInputs;
 use crate::metadata::Model;
 use crate::prepared::{self, Prepared};
+use crate::target::{self, CrossCompiler};
 use crate::toolchain::{self, Toolchain};
 
 /// Where a model's artifacts came from.
@@ -37,37 +38,45 @@ pub struct Artifacts {
     pub source: ArtifactSource,
 }
 
+/// What a Resolver needs to know of the package and the target.
+pub struct ResolverSettings {
+    pub cache: Cache,
+    pub prepared_root: PathBuf,
+    pub manifest_path: PathBuf,
+    pub cargo_target: String,
+    pub host: String,
+    /// The TVM target derived from the Cargo target, or why there is none.
+    pub base_target: std::result::Result<serde_json::Value, String>,
+    pub offline: bool,
+    pub manifest_python: Option<PathBuf>,
+}
+
 /// Resolves the artifacts of each model of one package for one target.
 pub struct Resolver {
     pub cache: Cache,
     pub prepared_root: PathBuf,
     pub manifest_path: PathBuf,
     pub cargo_target: String,
-    /// The TVM target derived from the Cargo target, before per-model overrides.
-    pub tvm_target: serde_json::Value,
+    pub host: String,
+    base_target: std::result::Result<serde_json::Value, String>,
+    cross_compiler: Option<CrossCompiler>,
     pub offline: bool,
     pub manifest_python: Option<PathBuf>,
     toolchain: OnceCell<std::result::Result<Toolchain, String>>,
 }
 
 impl Resolver {
-    pub fn new(
-        cache: Cache,
-        prepared_root: PathBuf,
-        manifest_path: PathBuf,
-        cargo_target: String,
-        tvm_target: serde_json::Value,
-        offline: bool,
-        manifest_python: Option<PathBuf>,
-    ) -> Resolver {
+    pub fn new(settings: ResolverSettings) -> Resolver {
         Resolver {
-            cache,
-            prepared_root,
-            manifest_path,
-            cargo_target,
-            tvm_target,
-            offline,
-            manifest_python,
+            cross_compiler: target::cross_compiler(&settings.cargo_target, &settings.host),
+            cache: settings.cache,
+            prepared_root: settings.prepared_root,
+            manifest_path: settings.manifest_path,
+            cargo_target: settings.cargo_target,
+            host: settings.host,
+            base_target: settings.base_target,
+            offline: settings.offline,
+            manifest_python: settings.manifest_python,
             toolchain: OnceCell::new(),
         }
     }
@@ -97,18 +106,31 @@ impl Resolver {
         )
     }
 
-    /// The TVM target of one model: the derived target with the model's keys merged over.
-    pub fn model_target(&self, model: &Model) -> serde_json::Value {
-        let mut target = self.tvm_target.clone();
+    /// The TVM target of one model: the derived target with the model's keys merged
+    /// over (for a Cargo target without a derived one, the model's keys must name an
+    /// `mtriple`).
+    pub fn model_target(&self, model: &Model) -> Result<serde_json::Value> {
+        let mut target = match &self.base_target {
+            Ok(base) => base.clone(),
+            Err(_) if model.options.target.contains_key("mtriple") => {
+                serde_json::json!({"kind": "llvm"})
+            }
+            Err(message) => {
+                return Err(Error::UnsupportedTarget {
+                    target: self.cargo_target.clone(),
+                    message: message.clone(),
+                })
+            }
+        };
         if let serde_json::Value::Object(keys) = &mut target {
             keys.extend(model.options.target.clone());
         }
-        target
+        Ok(target)
     }
 
     /// The key inputs of `model` for this target.
     pub fn key_inputs(&self, model: &Model) -> Result<KeyInputs> {
-        KeyInputs::of(model, &self.model_target(model))
+        KeyInputs::of(model, &self.model_target(model)?)
     }
 
     /// The artifacts of `model`: prepared, cached, or compiled now.
@@ -180,13 +202,12 @@ impl Resolver {
         let mut compiled = false;
         let manifest = self.cache.get_or_insert(&cache_key, |dir| {
             compiled = true;
-            compile::compile(
-                model,
-                toolchain,
-                &self.model_target(model),
-                &self.cache.driver()?,
-                dir,
-            )?;
+            let target = compile::CompileTarget {
+                cargo: &self.cargo_target,
+                tvm: self.model_target(model)?,
+                cross_compiler: self.cross_compiler.as_ref(),
+            };
+            compile::compile(model, toolchain, &target, &self.cache.driver()?, dir)?;
             Ok(ArtifactManifest {
                 model: model.name.clone(),
                 target: self.cargo_target.clone(),

@@ -10,6 +10,13 @@
 //! | `-C target-cpu=NAME` | `"mcpu": "NAME"` (`native`: the build machine's CPU, as LLVM names it) |
 //! | `-C target-feature=+a,-b` | appended to `"mattr"` |
 //!
+//! For a cross build (`TARGET` differs from `HOST`), the model library is linked by
+//! TVM's `tvm.support.cc.cross_compiler` with the target's C++ compiler, looked up as
+//! Cargo and the `cc` crate name it: `CXX_<target>`, `CXX_<target_with_underscores>`,
+//! `TARGET_CXX`, `CARGO_TARGET_<TARGET>_LINKER`, else `aarch64-linux-gnu-g++` /
+//! `x86_64-linux-gnu-g++`. The host's plain `CC`/`CXX` are never used for a cross build.
+//! The linked library's ELF machine is checked against the target before it is used.
+//!
 //! Like rustc, relax-build compiles for the target's baseline CPU unless told
 //! otherwise, so a binary runs on every machine of its target; pass
 //! `-C target-cpu=native` (e.g. `RUSTFLAGS="-C target-cpu=native"`) to tune the model
@@ -22,6 +29,76 @@ use crate::error::{Error, Result};
 /// Cargo targets relax-build knows how to compile for.
 pub const SUPPORTED_TARGETS: &[&str] = &["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"];
 
+/// The compiler that links model libraries for a cross target, and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrossCompiler {
+    pub command: String,
+    /// The variable that named it, or "the default for <target>".
+    pub origin: String,
+}
+
+/// The cross compiler for `cargo_target`, or None when building for the host.
+pub fn cross_compiler(cargo_target: &str, host: &str) -> Option<CrossCompiler> {
+    if cargo_target == host {
+        return None;
+    }
+    let underscored = cargo_target.replace('-', "_");
+    let variables = [
+        format!("CXX_{cargo_target}"),
+        format!("CXX_{underscored}"),
+        "TARGET_CXX".to_string(),
+        format!("CARGO_TARGET_{}_LINKER", underscored.to_ascii_uppercase()),
+    ];
+    for variable in variables {
+        if let Some(command) = crate::env::var(&variable) {
+            return Some(CrossCompiler {
+                command: command.to_string_lossy().into_owned(),
+                origin: variable,
+            });
+        }
+    }
+    let arch = cargo_target.split('-').next().unwrap_or(cargo_target);
+    Some(CrossCompiler {
+        command: format!("{arch}-linux-gnu-g++"),
+        origin: format!("the default for {cargo_target}"),
+    })
+}
+
+/// The ELF machine number and name a Cargo target's libraries must have.
+pub fn elf_machine(cargo_target: &str) -> Option<(u16, &'static str)> {
+    match cargo_target.split('-').next()? {
+        "x86_64" => Some((62, "x86-64")),
+        "aarch64" => Some((183, "AArch64")),
+        _ => None,
+    }
+}
+
+/// The ELF machine of a shared library's bytes (the `e_machine` field), or None if not ELF.
+pub fn read_elf_machine(bytes: &[u8]) -> Option<u16> {
+    if bytes.len() < 20 || &bytes[..4] != b"\x7fELF" {
+        return None;
+    }
+    let little_endian = bytes[5] == 1;
+    let field = [bytes[18], bytes[19]];
+    Some(if little_endian {
+        u16::from_le_bytes(field)
+    } else {
+        u16::from_be_bytes(field)
+    })
+}
+
+/// A readable name for an ELF machine number.
+pub fn elf_machine_name(machine: u16) -> String {
+    match machine {
+        62 => "x86-64".to_string(),
+        183 => "AArch64".to_string(),
+        40 => "ARM".to_string(),
+        243 => "RISC-V".to_string(),
+        3 => "x86".to_string(),
+        other => format!("ELF machine {other}"),
+    }
+}
+
 /// The TVM target dict for a Cargo target, given the build's rustflags.
 ///
 /// `rustflags` is `CARGO_ENCODED_RUSTFLAGS` split on its `\x1f` separators.
@@ -33,7 +110,9 @@ pub fn tvm_target(cargo_target: &str, host: &str, rustflags: &[String]) -> Resul
             return Err(Error::UnsupportedTarget {
                 target: cargo_target.to_string(),
                 message: format!(
-                    "relax-build has no TVM target for it; supported: {}",
+                    "relax-build has no TVM target for it (supported: {}); give one by hand with \
+                     target = {{ kind = \"llvm\", mtriple = \"<llvm triple>\" }} under \
+                     [package.metadata.relax] or a model, or in RELAX_<MODEL>_TARGET as JSON",
                     SUPPORTED_TARGETS.join(", ")
                 ),
             })
@@ -148,12 +227,34 @@ mod tests {
     }
 
     #[test]
+    fn elf_machines_are_read_from_the_header() {
+        let mut header = vec![0u8; 64];
+        header[..4].copy_from_slice(b"\x7fELF");
+        header[5] = 1;
+        header[18..20].copy_from_slice(&183u16.to_le_bytes());
+        assert_eq!(read_elf_machine(&header), Some(183));
+        assert_eq!(
+            elf_machine("aarch64-unknown-linux-gnu"),
+            Some((183, "AArch64"))
+        );
+        assert_eq!(read_elf_machine(b"not an elf file at all"), None);
+        assert_eq!(elf_machine_name(62), "x86-64");
+    }
+
+    #[test]
+    fn host_builds_use_no_cross_compiler() {
+        assert_eq!(cross_compiler(HOST, HOST), None);
+    }
+
+    #[test]
     fn unknown_target_lists_the_supported_ones() {
         let error = tvm_target("riscv64gc-unknown-linux-gnu", HOST, &[]).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "Cargo target `riscv64gc-unknown-linux-gnu`: relax-build has no TVM target for it; \
-             supported: x86_64-unknown-linux-gnu, aarch64-unknown-linux-gnu"
+            "Cargo target `riscv64gc-unknown-linux-gnu`: relax-build has no TVM target for it \
+             (supported: x86_64-unknown-linux-gnu, aarch64-unknown-linux-gnu); give one by hand with \
+             target = { kind = \"llvm\", mtriple = \"<llvm triple>\" } under [package.metadata.relax] \
+             or a model, or in RELAX_<MODEL>_TARGET as JSON"
         );
     }
 }

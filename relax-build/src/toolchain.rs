@@ -418,3 +418,145 @@ pub fn known_runtime_library_dirs(manifest_python: Option<&Path>, cache: &Cache)
         .next()
         .unwrap_or_default()
 }
+
+/// The variable naming a folder of TVM runtime libraries built for a Cargo target:
+/// `RELAX_RUNTIME_DIR_<TARGET>` (upper case, `-` as `_`).
+pub fn target_runtime_dir_variable(cargo_target: &str) -> String {
+    format!(
+        "RELAX_RUNTIME_DIR_{}",
+        cargo_target.replace('-', "_").to_ascii_uppercase()
+    )
+}
+
+/// Where the managed toolchain keeps the runtime libraries of a (cross) Cargo target.
+pub fn managed_target_runtime_dir(cargo_target: &str) -> Result<PathBuf> {
+    Ok(managed_dir()?
+        .join("targets")
+        .join(cargo_target)
+        .join("lib"))
+}
+
+const RUNTIME_LIBRARIES: [&str; 2] = ["libtvm_ffi.so", "libtvm_runtime.so"];
+
+fn holds_runtime_libraries(dir: &Path) -> bool {
+    RUNTIME_LIBRARIES
+        .iter()
+        .all(|library| dir.join(library).is_file())
+}
+
+/// Downloads the pinned wheels for `cargo_target`'s platform with the toolchain's pip and
+/// extracts `libtvm_ffi.so` and `libtvm_runtime.so` into `dir` (atomically, under a lock).
+pub fn fetch_target_runtime(toolchain: &Toolchain, cargo_target: &str, dir: &Path) -> Result<()> {
+    let arch = cargo_target.split('-').next().unwrap_or_default();
+    let parent = dir.parent().expect("the runtime dir has a parent");
+    std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
+    let lock_path = parent.join("fetch.lock");
+    let lock = File::create(&lock_path).map_err(io(format!("creating {}", lock_path.display())))?;
+    lock.lock()
+        .map_err(io(format!("locking {}", lock_path.display())))?;
+    if holds_runtime_libraries(dir) {
+        return Ok(());
+    }
+    cargo::warning(&format!(
+        "relax-build: fetching the TVM runtime libraries for {cargo_target} (the {arch} wheels of apache-tvm=={TVM_VERSION} and apache-tvm-ffi=={TVM_FFI_VERSION}) into {}",
+        dir.display()
+    ));
+    let script = format!(
+        r#"
+import os, shutil, subprocess, sys, tempfile, zipfile
+target = {dir:?}
+partial = target + ".partial"
+platforms = ["manylinux_2_28_{arch}", "manylinux_2_27_{arch}", "manylinux_2_24_{arch}", "manylinux2014_{arch}"]
+with tempfile.TemporaryDirectory() as download:
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-input",
+               "--only-binary=:all:", "--no-deps", "--python-version", "%d.%d" % sys.version_info[:2], "-d", download,
+               "apache-tvm=={TVM_VERSION}", "apache-tvm-ffi=={TVM_FFI_VERSION}"]
+    for platform in platforms:
+        command += ["--platform", platform]
+    subprocess.check_call(command)
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    wanted = {{"tvm/lib/libtvm_runtime.so", "tvm_ffi/lib/libtvm_ffi.so"}}
+    for wheel in os.listdir(download):
+        with zipfile.ZipFile(os.path.join(download, wheel)) as archive:
+            for name in archive.namelist():
+                if name in wanted:
+                    with archive.open(name) as source, open(os.path.join(partial, os.path.basename(name)), "wb") as out:
+                        shutil.copyfileobj(source, out)
+shutil.rmtree(target, ignore_errors=True)
+os.replace(partial, target)
+"#,
+        dir = dir.to_string_lossy()
+    );
+    run(
+        Command::new(&toolchain.python).arg("-c").arg(script),
+        &format!("fetching the {arch} TVM runtime wheels with pip"),
+    )?;
+    if !holds_runtime_libraries(dir) {
+        return Err(Error::Toolchain {
+            message: format!(
+                "the {arch} wheels had no libtvm_ffi.so / libtvm_runtime.so (looked in {})",
+                dir.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// How to find the runtime libraries of a Cargo target (see [`runtime_library_dirs`]).
+pub struct RuntimeLookup<'a> {
+    pub cargo_target: &'a str,
+    pub host: &'a str,
+    /// The toolchain, if one is at hand (host builds use its libraries).
+    pub toolchain: Option<&'a Toolchain>,
+    pub manifest_python: Option<&'a Path>,
+    pub cache: &'a Cache,
+    /// Whether a missing cross-target runtime may be fetched (with `toolchain`).
+    pub fetch: bool,
+}
+
+/// Folders holding `libtvm_ffi.so` and `libtvm_runtime.so` built for a Cargo target:
+/// `RELAX_RUNTIME_DIR_<TARGET>`; for the host, the toolchain's (or a cached probe's,
+/// possibly none); for a cross target, `<managed toolchain>/targets/<target>/lib`,
+/// fetched with pip when missing and allowed.
+pub fn runtime_library_dirs(lookup: &RuntimeLookup<'_>) -> Result<Vec<PathBuf>> {
+    let variable = target_runtime_dir_variable(lookup.cargo_target);
+    if let Some(dir) = env::var(&variable) {
+        let dir = PathBuf::from(dir);
+        if !holds_runtime_libraries(&dir) {
+            return Err(Error::Toolchain {
+                message: format!(
+                    "{variable}={} does not hold libtvm_ffi.so and libtvm_runtime.so; point it at a folder with both, built for {}",
+                    dir.display(),
+                    lookup.cargo_target
+                ),
+            });
+        }
+        return Ok(vec![dir]);
+    }
+    if lookup.cargo_target == lookup.host {
+        return Ok(match lookup.toolchain {
+            Some(toolchain) => toolchain.runtime_library_dirs.clone(),
+            None => known_runtime_library_dirs(lookup.manifest_python, lookup.cache),
+        });
+    }
+    let dir = managed_target_runtime_dir(lookup.cargo_target)?;
+    if holds_runtime_libraries(&dir) {
+        return Ok(vec![dir]);
+    }
+    match (lookup.fetch, lookup.toolchain) {
+        (true, Some(toolchain)) => {
+            fetch_target_runtime(toolchain, lookup.cargo_target, &dir)?;
+            Ok(vec![dir])
+        }
+        _ => Err(Error::Toolchain {
+            message: format!(
+                "the TVM runtime libraries for {target} are not in {dir}, and this build cannot fetch them \
+                 (offline, or no TVM toolchain).\nFix: run `cargo relax prepare --target {target}` (it fetches them \
+                 with pip), or set {variable} to a folder holding libtvm_ffi.so and libtvm_runtime.so built for {target}.",
+                target = lookup.cargo_target,
+                dir = dir.display()
+            ),
+        }),
+    }
+}

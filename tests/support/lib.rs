@@ -217,7 +217,16 @@ pub fn path_without_python(dir: &Path) -> String {
     let bin = dir.join("bin-without-python");
     std::fs::create_dir_all(&bin).unwrap();
     let original = std::env::var_os("PATH").unwrap();
-    for tool in ["cargo", "rustc", "cc", "gcc", "ld", "as", "ar"] {
+    for tool in [
+        "cargo",
+        "rustc",
+        "cc",
+        "gcc",
+        "ld",
+        "as",
+        "ar",
+        "aarch64-linux-gnu-gcc",
+    ] {
         let link = bin.join(tool);
         let found = std::env::split_paths(&original)
             .map(|dir| dir.join(tool))
@@ -279,4 +288,26 @@ pub fn test_python() -> &'static Path {
         }
         python
     })
+}
+
+/// The Cargo target the cross tests build for.
+pub const CROSS_TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// Environment for cross builds of fixture copies outside this repository (which do not
+/// see its `.cargo/config.toml`).
+pub const CROSS_LINKER: (&str, &str) = (
+    "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER",
+    "aarch64-linux-gnu-gcc",
+);
+
+/// Runs an aarch64 executable under qemu with Debian's aarch64 sysroot.
+pub fn run_under_qemu(executable: &Path, args: &[&str], current_dir: &Path) -> Output {
+    Command::new("qemu-aarch64")
+        .args(["-L", "/usr/aarch64-linux-gnu"])
+        .arg(executable)
+        .args(args)
+        .current_dir(current_dir)
+        .env_remove("RELAX_RUNTIME_DIR")
+        .output()
+        .expect("running qemu-aarch64 (scripts/test.sh installs qemu-user)")
 }
