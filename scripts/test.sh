@@ -25,3 +25,6 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo test --workspace
 cargo test -p relax-runtime --features half
+
+# The benchmark in its short mode, so it cannot rot (figures: `cargo run --release -p relax-bench`).
+cargo run --release -p relax-bench -- --quick

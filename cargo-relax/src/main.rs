@@ -36,6 +36,24 @@ enum Command_ {
         #[arg(long)]
         check: bool,
     },
+    /// Tune models with TVM meta-schedule on this machine and write the records to
+    /// .relax/tuning/<model>/<target>/ (commit them: every build applies them).
+    ///
+    /// Shows meta-schedule's progress table (tasks, trials, best latency). Interrupted runs
+    /// resume from the records already written.
+    Tune {
+        #[command(flatten)]
+        package: PackageArgs,
+        /// Only this model (default: every model).
+        #[arg(long, value_name = "NAME")]
+        model: Option<String>,
+        /// Trials per task (default: the model's tune = { trials = N }).
+        #[arg(long, value_name = "N")]
+        trials: Option<u32>,
+        /// Cargo target triple (default and only supported: this machine's).
+        #[arg(long, value_name = "TRIPLE")]
+        target: Option<String>,
+    },
     /// Show the TVM toolchain, the cache, and per model its keys and whether it is cached and prepared.
     Info {
         #[command(flatten)]
@@ -117,6 +135,25 @@ fn run(command: Command_) -> Result<ExitCode, String> {
             } else {
                 prepare(&manifest_dir, &targets)
             }
+        }
+        Command_::Tune {
+            package,
+            model,
+            trials,
+            target,
+        } => {
+            let manifest_dir = package.select()?.manifest_dir;
+            let target = match target {
+                Some(target) => target,
+                None => host_triple()?,
+            };
+            let dirs = config(&manifest_dir, &target)?
+                .tune(model.as_deref(), trials)
+                .map_err(|error| error.to_string())?;
+            for dir in dirs {
+                println!("tuning records: {}", dir.display());
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command_::Info { package, target } => {
             let manifest_dir = package.select()?.manifest_dir;

@@ -10,7 +10,7 @@ use crate::signature::{format_shape, Dim, Function, Signature, TensorType};
 pub const RUNTIME_DIRS_ENV: &str = "RELAX_BUILD_RUNTIME_LIBRARY_DIRS";
 
 /// Methods of the generated `Model` that a function name must not take.
-const RESERVED_METHODS: &[&str] = &["load", "load_on", "virtual_machine"];
+const RESERVED_METHODS: &[&str] = &["load", "load_on", "virtual_machine", "into_virtual_machine"];
 
 /// What the generated module embeds, as paths relative to `$OUT_DIR`.
 pub struct Embedded<'a> {
@@ -148,6 +148,19 @@ pub fn generate(signature: &Signature, origin: &str, embedded: &Embedded<'_>) ->
     )
     .unwrap();
     writeln!(w, "            &self.vm").unwrap();
+    writeln!(w, "        }}").unwrap();
+    writeln!(w).unwrap();
+    writeln!(
+        w,
+        "        /// The underlying VirtualMachine, for calls by function name."
+    )
+    .unwrap();
+    writeln!(
+        w,
+        "        pub fn into_virtual_machine(self) -> VirtualMachine {{"
+    )
+    .unwrap();
+    writeln!(w, "            self.vm").unwrap();
     writeln!(w, "        }}").unwrap();
     for (method, function) in &methods {
         write_method(w, model, method, function)?;

@@ -1,6 +1,6 @@
 //! Compiling one model: run the driver, check its weights, collect the artifacts.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde::Deserialize;
@@ -31,6 +31,8 @@ pub struct CompileTarget<'a> {
     pub cargo: &'a str,
     pub tvm: serde_json::Value,
     pub cross_compiler: Option<&'a CrossCompiler>,
+    /// A folder of meta-schedule records to apply (see [`crate::tuning`]).
+    pub tuning_records: Option<PathBuf>,
 }
 
 /// Compiles `model` for `target` into `model_dir` with the toolchain's Python, leaving
@@ -51,6 +53,7 @@ pub fn compile(
         "inputs": inputs_json(model),
         "target": target.tvm,
         "cross_compiler": target.cross_compiler.map(|compiler| &compiler.command),
+        "tuning_records": target.tuning_records,
         "pipeline": model.options.pipeline.as_str(),
         "tir_pipeline": model.options.tir_pipeline,
         "opt_level": model.options.opt_level,
@@ -128,6 +131,61 @@ pub fn read_signature(model: &str, path: &Path) -> Result<Signature> {
         message: format!("{} is not a valid signature ({error})", path.display()),
         detail: String::new(),
     })
+}
+
+/// Tunes `model` with meta-schedule (`trials` per task), writing the records into
+/// `records_dir`; the driver's progress goes straight to this process's stdout/stderr.
+pub fn tune(
+    model: &Model,
+    toolchain: &Toolchain,
+    target: &CompileTarget<'_>,
+    driver: &Path,
+    records_dir: &Path,
+    trials: u32,
+) -> Result<()> {
+    std::fs::create_dir_all(records_dir)
+        .map_err(io(format!("creating {}", records_dir.display())))?;
+    let scratch = tempfile_dir(records_dir)?;
+    let request = json!({
+        "model": model.name,
+        "source": model.source,
+        "entry": model.entry,
+        "inputs": inputs_json(model),
+        "target": target.tvm,
+        "pipeline": model.options.pipeline.as_str(),
+        "opt_level": model.options.opt_level,
+        "weights_mode": "embed",
+        "output_dir": scratch,
+        "tune": {"trials": trials, "work_dir": records_dir},
+    });
+    let request_path = scratch.join("request.json");
+    write_atomically(&request_path, request.to_string().as_bytes())?;
+    let status = Command::new(&toolchain.python)
+        .arg(driver)
+        .arg(&request_path)
+        .status()
+        .map_err(|error| Error::Toolchain {
+            message: format!("cannot run {}: {error}", toolchain.python.display()),
+        })?;
+    let result = match status.success() {
+        true => Ok(()),
+        false => {
+            let output = std::process::Output {
+                status,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+            };
+            Err(driver_failure(model, target, &scratch, &output))
+        }
+    };
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+fn tempfile_dir(near: &Path) -> Result<PathBuf> {
+    let dir = near.join(format!(".scratch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    Ok(dir)
 }
 
 /// The inputs as an ordered list the driver turns into an nn export spec.

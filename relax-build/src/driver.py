@@ -388,10 +388,10 @@ def signature_of(ir_module, weight_names):
     return functions
 
 
-def make_target(request):
+def make_target(request, extra=None):
     import tvm
 
-    target = dict(request["target"])
+    target = dict(request["target"], **(extra or {}))
     if target.get("mcpu") == "native":
         from tvm.target import codegen
 
@@ -404,13 +404,20 @@ def compile_module(ir_module, target, request):
 
     "zero": relax.get_pipeline("zero") as a pre-pass (constant folding, fusion), then the
     target's backend pipeline relax.get_default_pipeline(target); "cpu": the backend
-    pipeline alone; "default": tvm.compile's "default" pipeline alone.
+    pipeline alone; "default": tvm.compile's "default" pipeline alone. With tuning
+    records, TVM's static_shape_tuning pipeline with no trials (zero pipeline, then the
+    records' schedules applied) replaces the pre-pass.
     """
     import tvm
     from tvm import relax
 
     pipeline = request["pipeline"]
-    if pipeline == "zero":
+    records = request.get("tuning_records")
+    if records:
+        with target:
+            ir_module = relax.get_pipeline("static_shape_tuning", total_trials=0, target=target, work_dir=records)(ir_module)
+        relax_pipeline = relax.get_default_pipeline(target)
+    elif pipeline == "zero":
         ir_module = relax.get_pipeline("zero")(ir_module)
         relax_pipeline = relax.get_default_pipeline(target)
     elif pipeline == "cpu":
@@ -423,6 +430,33 @@ def compile_module(ir_module, target, request):
         return tvm.compile(
             ir_module, target, relax_pipeline=relax_pipeline, tir_pipeline=request.get("tir_pipeline") or "default"
         )
+
+
+def tune_module(ir_module, request):
+    """Meta-schedule tuning of every task of the module, `trials` per task, recorded in
+    `work_dir` (a JSON database; an interrupted run resumes from what it holds)."""
+    import shutil
+
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    work_dir = request["tune"]["work_dir"]
+    trials = int(request["tune"]["trials"])
+    # Meta-schedule needs the core count of the machine it measures on.
+    tuning_target = make_target(request, {"num-cores": os.cpu_count() or 1})
+    with tuning_target:
+        prepared = tvm.transform.Sequential(
+            [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(), relax.get_pipeline("zero")]
+        )(ir_module)
+    tasks = ms.relax_integration.extract_tasks(prepared, tuning_target)
+    print(f"relax-build: tuning {len(tasks)} task(s), {trials} trials each, records in {work_dir}", flush=True)
+    with tuning_target:
+        relax.transform.MetaScheduleTuneIRMod(
+            params={}, work_dir=work_dir, max_trials_global=trials * max(len(tasks), 1), max_trials_per_task=trials
+        )(prepared)
+    shutil.rmtree(os.path.join(work_dir, "logs"), ignore_errors=True)
+    print(f"relax-build: tuning done; records in {work_dir}", flush=True)
 
 
 def export_library(executable, output_dir, library_name, cross_compiler):
@@ -459,6 +493,9 @@ def run(request):
         ir_module, weight_names = load_ir_module(entry_object, request.get("inputs"), source_path)
     functions = signature_of(ir_module, weight_names)
     target = make_target(request)
+    if request.get("tune"):
+        tune_module(ir_module, request)
+        return
     try:
         executable = compile_module(ir_module, target, request)
     except DriverError:

@@ -13,6 +13,7 @@
 //! | `driver` | the compile driver's source |
 //! | `relax-build` | relax-build's version |
 //! | `tvm` | the pinned apache-tvm version |
+//! | `tuning:<file>` | each tuning-record file applied (`.relax/tuning/<model>/<target>/`) |
 //!
 //! The *input key* hashes these and needs no Python, so prepared artifacts are checked
 //! with it on machines without TVM. The *cache key* adds the toolchain's build hash
@@ -39,9 +40,24 @@ pub struct KeyInputs {
 }
 
 impl KeyInputs {
-    /// Hashes every input of `model` compiled for `target`.
-    pub fn of(model: &Model, target: &serde_json::Value) -> Result<KeyInputs> {
+    /// Hashes every input of `model` compiled for `target` with the tuning records in
+    /// `tuning` (if any).
+    pub fn of(
+        model: &Model,
+        target: &serde_json::Value,
+        tuning: Option<&Path>,
+    ) -> Result<KeyInputs> {
         let mut parts = BTreeMap::new();
+        if let Some(dir) = tuning {
+            for file in crate::tuning::record_files(dir) {
+                let name = file
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                parts.insert(format!("tuning:{name}"), sha256_file(&file)?);
+            }
+        }
         parts.insert(
             format!("source:{}", relative(model, &model.source)),
             sha256_file(&model.source)?,

@@ -89,6 +89,7 @@ mod resolve;
 pub mod signature;
 pub mod target;
 pub mod toolchain;
+pub mod tuning;
 
 use std::path::{Path, PathBuf};
 
@@ -278,6 +279,18 @@ impl Config {
         let relax_dir = out_dir.join("relax");
         let mut compiled = Vec::new();
         for model in &package.metadata.models {
+            if let (Some(tune), None) = (model.tune, package.resolver.tuning_records(model)) {
+                cargo::warning(&format!(
+                    "relax-build: model `{}` has tune = {{ trials = {} }} but no tuning records for {}; it is \
+                     compiled untuned. Run `cargo relax tune --manifest-path {} --model {}` and commit {}",
+                    model.name,
+                    tune.trials,
+                    package.resolver.cargo_target,
+                    package.resolver.manifest_path.display(),
+                    model.name,
+                    tuning::dir(&package.resolver.prepared_root, &model.name, &package.resolver.cargo_target).display()
+                ));
+            }
             let inputs = package.resolver.key_inputs(model)?;
             let artifacts = package.resolver.resolve(model, &inputs)?;
             compiled.push(materialize(
@@ -354,6 +367,73 @@ impl Config {
         // A later offline build of a cross target needs the target's runtime libraries.
         package.runtime_library_dirs()?;
         Ok(prepared)
+    }
+
+    /// Tunes with meta-schedule the models that declare `tune` (or only the one named
+    /// `only`) and writes their records to `.relax/tuning/<model>/<target>/`; `trials`
+    /// (per task) overrides `tune.trials`. Resumes from records already there. Returns
+    /// the folders.
+    pub fn tune(&self, only: Option<&str>, trials: Option<u32>) -> Result<Vec<PathBuf>> {
+        cargo::set_enabled(self.cargo_directives);
+        let package = self.package()?;
+        let resolver = &package.resolver;
+        let models: Vec<&Model> = package
+            .metadata
+            .models
+            .iter()
+            .filter(|model| match only {
+                Some(name) => name == model.name,
+                None => model.tune.is_some(),
+            })
+            .collect();
+        if only.is_none() && models.is_empty() {
+            return Err(Error::ManifestKey {
+                path: resolver.manifest_path.clone(),
+                key: format!("{}.models", metadata::ROOT_KEY),
+                message: "no model declares tune = { trials = N }; add it to the models to tune, or pass --model".to_string(),
+            });
+        }
+        if let (Some(name), true) = (only, models.is_empty()) {
+            return Err(Error::ManifestKey {
+                path: resolver.manifest_path.clone(),
+                key: format!("{}.models.{name}", metadata::ROOT_KEY),
+                message: "no such model".to_string(),
+            });
+        }
+        if resolver.cargo_target != resolver.host {
+            return Err(Error::UnsupportedTarget {
+                target: resolver.cargo_target.clone(),
+                message: format!(
+                    "tuning measures candidates on this machine ({}); tune for the host target",
+                    resolver.host
+                ),
+            });
+        }
+        let toolchain = resolver
+            .toolchain()
+            .map_err(|message| Error::Toolchain { message })?;
+        let mut dirs = Vec::new();
+        for model in models {
+            let trials = trials
+                .or(model.tune.map(|tune| tune.trials))
+                .ok_or_else(|| Error::ManifestKey {
+                    path: resolver.manifest_path.clone(),
+                    key: model.key("tune"),
+                    message: "missing: set tune = { trials = 32 } or pass --trials".to_string(),
+                })?;
+            let records = tuning::dir(&resolver.prepared_root, &model.name, &resolver.cargo_target);
+            let target = resolver.compile_target(model)?;
+            compile::tune(
+                model,
+                toolchain,
+                &target,
+                &resolver.cache.driver()?,
+                &records,
+                trials,
+            )?;
+            dirs.push(records);
+        }
+        Ok(dirs)
     }
 
     /// The state of each model's prepared artifact against the current sources and settings.

@@ -14,6 +14,7 @@
 //! weights = "models/digits.safetensors"    # .py: parameter values by name;
 //!                                          # .onnx: "embed" or "external" (default: by size)
 //! include = ["models/layers"]              # files/folders the source imports
+//! tune = { trials = 32 }                   # meta-schedule trials per task for `cargo relax tune`
 //! pipeline = "cpu"                         # any package default, per model
 //! [package.metadata.relax.models.digits.inputs.forward]
 //! x = "float32[batch, 64]"                 # export spec per method, in argument order
@@ -102,6 +103,16 @@ pub struct Model {
     pub options: CompileOptions,
     /// Method name -> arguments in order; empty for TVMScript sources.
     pub inputs: Vec<MethodInputs>,
+    /// `tune = { trials = N }`: meta-schedule trials per task for `cargo relax tune`.
+    pub tune: Option<Tune>,
+}
+
+/// How `cargo relax tune` tunes a model (a build only applies committed records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tune {
+    /// Meta-schedule trials per task.
+    pub trials: u32,
 }
 
 impl Model {
@@ -281,6 +292,7 @@ struct RawModel {
     include: Vec<String>,
     #[serde(default)]
     inputs: toml::Table,
+    tune: Option<Tune>,
 }
 
 /// Reads and validates `[package.metadata.relax]` of the manifest in `manifest_dir`.
@@ -588,6 +600,7 @@ fn validate_model(
         weights,
         options,
         inputs,
+        tune: raw.tune,
     })
 }
 

@@ -18,6 +18,7 @@ use crate::metadata::Model;
 use crate::prepared::{self, Prepared};
 use crate::target::{self, CrossCompiler};
 use crate::toolchain::{self, Toolchain};
+use crate::tuning;
 
 /// Where a model's artifacts came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,13 +125,40 @@ impl Resolver {
         };
         if let serde_json::Value::Object(keys) = &mut target {
             keys.extend(model.options.target.clone());
+            if keys.get("mcpu").and_then(|cpu| cpu.as_str()) == Some("native") {
+                // Resolved here, so the key names the CPU the code is compiled for.
+                keys.insert(
+                    "mcpu".into(),
+                    target::native_cpu(&self.cargo_target, &self.host)?.into(),
+                );
+            }
         }
         Ok(target)
     }
 
+    /// The folder of `model`'s tuning records for this target, if it holds records.
+    pub fn tuning_records(&self, model: &Model) -> Option<PathBuf> {
+        let dir = tuning::dir(&self.prepared_root, &model.name, &self.cargo_target);
+        tuning::has_records(&dir).then_some(dir)
+    }
+
+    /// What to compile `model` for: Cargo target, TVM target, cross compiler, records.
+    pub fn compile_target(&self, model: &Model) -> Result<compile::CompileTarget<'_>> {
+        Ok(compile::CompileTarget {
+            cargo: &self.cargo_target,
+            tvm: self.model_target(model)?,
+            cross_compiler: self.cross_compiler.as_ref(),
+            tuning_records: self.tuning_records(model),
+        })
+    }
+
     /// The key inputs of `model` for this target.
     pub fn key_inputs(&self, model: &Model) -> Result<KeyInputs> {
-        KeyInputs::of(model, &self.model_target(model)?)
+        KeyInputs::of(
+            model,
+            &self.model_target(model)?,
+            self.tuning_records(model).as_deref(),
+        )
     }
 
     /// The artifacts of `model`: prepared, cached, or compiled now.
@@ -202,11 +230,7 @@ impl Resolver {
         let mut compiled = false;
         let manifest = self.cache.get_or_insert(&cache_key, |dir| {
             compiled = true;
-            let target = compile::CompileTarget {
-                cargo: &self.cargo_target,
-                tvm: self.model_target(model)?,
-                cross_compiler: self.cross_compiler.as_ref(),
-            };
+            let target = self.compile_target(model)?;
             compile::compile(model, toolchain, &target, &self.cache.driver()?, dir)?;
             Ok(ArtifactManifest {
                 model: model.name.clone(),

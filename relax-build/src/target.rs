@@ -99,6 +99,42 @@ pub fn elf_machine_name(machine: u16) -> String {
     }
 }
 
+/// The build machine's CPU as LLVM names it (what `-C target-cpu=native` means), from
+/// `rustc --print target-cpus`; only valid when building for the host.
+pub fn native_cpu(cargo_target: &str, host: &str) -> Result<String> {
+    let error = |message: String| Error::UnsupportedTarget {
+        target: cargo_target.to_string(),
+        message,
+    };
+    if cargo_target != host {
+        return Err(error(format!(
+            "mcpu = \"native\" names the build machine ({host}), not the target; name the target's CPU instead"
+        )));
+    }
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let output = std::process::Command::new(&rustc)
+        .args(["--print", "target-cpus"])
+        .output()
+        .map_err(|cause| {
+            error(format!(
+                "cannot run `{rustc} --print target-cpus` to resolve mcpu = \"native\": {cause}"
+            ))
+        })?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .filter(|line| line.trim_start().starts_with("native"))
+        .find_map(|line| line.split("currently ").nth(1))
+        .map(|rest| {
+            rest.trim_end_matches(|c: char| c == ')' || c == '.' || c.is_whitespace())
+                .to_string()
+        })
+        .ok_or_else(|| {
+            error(format!(
+                "`{rustc} --print target-cpus` did not name the host CPU; set mcpu by name"
+            ))
+        })
+}
+
 /// The TVM target dict for a Cargo target, given the build's rustflags.
 ///
 /// `rustflags` is `CARGO_ENCODED_RUSTFLAGS` split on its `\x1f` separators.
@@ -133,6 +169,10 @@ pub fn tvm_target(cargo_target: &str, host: &str, rustflags: &[String]) -> Resul
                 message: format!("-C target-cpu=native names the build machine ({host}), not the target; name the target's CPU instead"),
             });
         }
+        let cpu = match cpu.as_str() {
+            "native" => native_cpu(cargo_target, host)?,
+            name => name.to_string(),
+        };
         target.insert("mcpu".into(), json!(cpu));
     }
     for (key, value) in &codegen {
@@ -239,6 +279,15 @@ mod tests {
         );
         assert_eq!(read_elf_machine(b"not an elf file at all"), None);
         assert_eq!(elf_machine_name(62), "x86-64");
+    }
+
+    #[test]
+    fn native_cpu_is_resolved_to_a_name() {
+        let cpu = native_cpu(HOST, HOST).unwrap();
+        assert!(
+            !cpu.is_empty() && cpu != "native" && !cpu.contains(' '),
+            "{cpu:?}"
+        );
     }
 
     #[test]

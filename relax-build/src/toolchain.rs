@@ -8,7 +8,8 @@
 //! 4. the managed toolchain, if it is complete;
 //! 5. `python3` on `PATH`;
 //! 6. otherwise the managed toolchain is provisioned: a venv under `RELAX_TOOLCHAIN_DIR`
-//!    with `apache-tvm==0.27.0.post1`, `apache-tvm-ffi==0.1.14.post1` and `onnx==1.23.2`,
+//!    with `apache-tvm==0.27.0.post1`, `apache-tvm-ffi==0.1.14.post1`, `onnx==1.23.2` and
+//!    what meta-schedule tuning needs (`psutil`, `xgboost-cpu`, `cloudpickle`),
 //!    made behind a file lock and marked complete only when the install succeeded (a
 //!    half-made venv is removed and made again; one complete for an older requirement
 //!    list is completed with pip).
@@ -47,6 +48,10 @@ pub fn requirements() -> Vec<String> {
         format!("apache-tvm=={TVM_VERSION}"),
         format!("apache-tvm-ffi=={TVM_FFI_VERSION}"),
         format!("onnx=={ONNX_VERSION}"),
+        // Meta-schedule tuning (`cargo relax tune`).
+        "psutil==7.2.2".to_string(),
+        "xgboost-cpu==3.2.0".to_string(),
+        "cloudpickle==3.1.3".to_string(),
     ]
 }
 

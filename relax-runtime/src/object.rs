@@ -70,6 +70,11 @@ fn empty_any(type_index: i32) -> sys::TVMFFIAny {
 pub(crate) mod argument {
     use super::*;
 
+    /// An empty slot (TVM's None).
+    pub(crate) fn none() -> sys::TVMFFIAny {
+        empty_any(sys::TVMFFITypeIndex_kTVMFFINone)
+    }
+
     pub(crate) fn int(value: i64) -> sys::TVMFFIAny {
         let mut any = empty_any(sys::TVMFFITypeIndex_kTVMFFIInt);
         any.__bindgen_anon_2.v_int64 = value;

@@ -15,6 +15,9 @@ use crate::weights;
 /// TVM's pooled memory allocator (`relax.VirtualMachine`'s default).
 const POOLED_ALLOCATOR: i64 = 2;
 
+/// Arguments passed from the stack; calls with more use a heap buffer.
+const INLINE_ARGUMENTS: usize = 16;
+
 /// A loaded model: its VM, initialized for one device, and its weights.
 ///
 /// A VM runs one call at a time: it is `Send` but not `Sync`; load one per thread
@@ -187,13 +190,28 @@ impl Function {
     }
 
     /// Calls the function after checking `inputs` against its signature.
+    ///
+    /// Up to 16 arguments (inputs and weights) are passed from the stack, so a call
+    /// allocates nothing on the Rust side; tensors made in Rust are wrapped for TVM on
+    /// their first call only.
     pub fn call(&self, inputs: &[&Tensor]) -> Result<Output> {
         self.signature.check_inputs(self.model, inputs)?;
-        let mut arguments = Vec::with_capacity(inputs.len() + self.weights.len());
-        for tensor in inputs.iter().copied().chain(&self.weights) {
-            arguments.push(tensor.tvm_object()?.as_argument());
+        let count = inputs.len() + self.weights.len();
+        let mut inline = [argument::none(); INLINE_ARGUMENTS];
+        let mut spilled = Vec::new();
+        let arguments = if count <= INLINE_ARGUMENTS {
+            &mut inline[..count]
+        } else {
+            spilled.resize(count, argument::none());
+            &mut spilled[..]
+        };
+        for (slot, tensor) in arguments
+            .iter_mut()
+            .zip(inputs.iter().copied().chain(&self.weights))
+        {
+            *slot = tensor.tvm_object()?.as_argument();
         }
-        let value = object::call(&self.handle, &mut arguments, || {
+        let value = object::call(&self.handle, arguments, || {
             format!(
                 "calling `{}` of model `{}`",
                 self.signature.name, self.model

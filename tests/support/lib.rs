@@ -245,8 +245,14 @@ pub fn cargo_relax(args: &[&str], env: &[(&str, &str)]) -> Output {
     cargo(workspace_root(), &all, env)
 }
 
-/// Packages the tests' own Python needs for references (onnxruntime), beside numpy and onnx.
-const TEST_REQUIREMENTS: &[&str] = &["numpy", "onnx==1.23.2", "onnxruntime==1.23.2"];
+/// Packages the tests' (and relax-bench's) own Python needs for references: onnxruntime,
+/// numpy (with its OpenBLAS), onnx, and threadpoolctl to pin BLAS threads.
+const TEST_REQUIREMENTS: &[&str] = &[
+    "numpy",
+    "onnx==1.23.2",
+    "onnxruntime==1.23.2",
+    "threadpoolctl",
+];
 
 /// A Python with onnxruntime for reference outputs: `RELAX_TEST_PYTHON`, else a venv
 /// made (once, behind a lock) under `target/test-python`.

@@ -70,6 +70,11 @@ pub mod pair {
             &self.vm
         }
 
+        /// The underlying VirtualMachine, for calls by function name.
+        pub fn into_virtual_machine(self) -> VirtualMachine {
+            self.vm
+        }
+
         /// `scale(x: float32[2, 3]) -> float32[2, 3]`
         pub fn scale(&self, x: &Tensor) -> Result<Tensor> {
             self.scale.call_single(&[x])
