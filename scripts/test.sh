@@ -23,8 +23,8 @@ rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup ta
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+# The benchmark in its short mode, so it cannot rot (figures: `cargo run --release -p relax-bench`).
+cargo run --release -p relax-bench -- --quick
 cargo test --workspace
 cargo test -p relax-runtime --features half
 
-# The benchmark in its short mode, so it cannot rot (figures: `cargo run --release -p relax-bench`).
-cargo run --release -p relax-bench -- --quick
