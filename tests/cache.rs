@@ -1,63 +1,68 @@
 //! The content-addressed cache: no-op builds start no Python, a change recompiles only
 //! the model it touches, a corrupted entry is rebuilt, and two builds at once share one entry.
 
-use relax_cargo_tests::{assert_success, cargo, copy_fixture, fixture_target_dir, PythonLog};
+use relax_cargo_tests::{assert_success, fixture_target_dir, IsolatedApp};
 
 fn stdout(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+fn entries(app: &IsolatedApp) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(app.cache_dir.join("entries"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.is_dir())
+        .collect()
+}
+
 #[test]
 fn only_changed_models_recompile_and_unchanged_ones_start_no_python() {
-    let temp = tempfile::tempdir().unwrap();
-    let app = temp.path().join("app");
-    copy_fixture("two-models", &app, "cache-one-model");
-    let python = PythonLog::new(temp.path());
-    let cache_dir = temp.path().join("cache");
-    let env = [
-        ("RELAX_PYTHON", python.wrapper.to_str().unwrap()),
-        ("RELAX_CACHE_DIR", cache_dir.to_str().unwrap()),
-    ];
-    let build = |what: &str| assert_success(&cargo(&app, &["build", "--quiet"], &env), what);
-
-    build("first build");
-    let mut first = python.starts();
+    let app = IsolatedApp::new("two-models", "cache-one-model");
+    app.build("first build");
+    let mut first = app.python.starts();
     first.sort();
     assert_eq!(first, ["driver double", "driver offset", "probe"]);
 
-    build("no-op build");
-    assert_eq!(python.starts().len(), 3, "a no-op build starts no Python");
+    app.build("no-op build");
+    assert_eq!(
+        app.python.starts().len(),
+        3,
+        "a no-op build starts no Python"
+    );
 
     // The build script reruns (the manifest changed) but every model is cached and the
     // toolchain probe is cached: still no Python.
-    let manifest = app.join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest).unwrap();
-    std::fs::write(&manifest, format!("{text}# touched\n")).unwrap();
-    build("build after touching Cargo.toml");
+    app.append("Cargo.toml", "# touched\n");
+    app.build("build after touching Cargo.toml");
     assert_eq!(
-        python.starts().len(),
+        app.python.starts().len(),
         3,
         "cached models start no Python even when the build script reruns"
     );
 
-    std::fs::write(app.join("models/helpers/constants.py"), "OFFSET = 100.0\n").unwrap();
-    build("build after changing an included helper");
+    std::fs::write(
+        app.dir.join("models/helpers/constants.py"),
+        "OFFSET = 100.0\n",
+    )
+    .unwrap();
+    app.build("build after changing an included helper");
     assert_eq!(
-        python.starts()[3..],
+        app.python.starts()[3..],
         ["driver offset"],
         "only the model that includes the helper recompiles"
     );
 
-    let text = std::fs::read_to_string(app.join("models/double.py")).unwrap();
-    std::fs::write(app.join("models/double.py"), text.replace("2.0", "3.0")).unwrap();
-    build("build after changing one model");
+    let double = app.dir.join("models/double.py");
+    let text = std::fs::read_to_string(&double).unwrap();
+    std::fs::write(&double, text.replace("2.0", "3.0")).unwrap();
+    app.build("build after changing one model");
     assert_eq!(
-        python.starts()[4..],
+        app.python.starts()[4..],
         ["driver double"],
         "only the changed model recompiles"
     );
 
-    let output = cargo(&app, &["run", "--quiet"], &env);
+    let output = app.cargo(&["run", "--quiet"]);
     assert_success(&output, "run");
     assert_eq!(
         stdout(&output),
@@ -67,32 +72,17 @@ fn only_changed_models_recompile_and_unchanged_ones_start_no_python() {
 
 #[test]
 fn a_corrupted_cache_entry_is_reported_and_rebuilt() {
-    let temp = tempfile::tempdir().unwrap();
-    let app = temp.path().join("app");
-    copy_fixture("two-models", &app, "cache-corrupt");
-    let python = PythonLog::new(temp.path());
-    let cache_dir = temp.path().join("cache");
-    let env = [
-        ("RELAX_PYTHON", python.wrapper.to_str().unwrap()),
-        ("RELAX_CACHE_DIR", cache_dir.to_str().unwrap()),
-    ];
-    assert_success(&cargo(&app, &["build", "--quiet"], &env), "first build");
-
-    // Truncate one entry's library.
-    let entries: Vec<_> = std::fs::read_dir(cache_dir.join("entries"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.is_dir())
-        .collect();
+    let app = IsolatedApp::new("two-models", "cache-corrupt");
+    app.build("first build");
+    let entries = entries(&app);
     assert_eq!(entries.len(), 2, "one entry per model");
+    // Truncate one entry's library.
     let library = entries[0].join("library.so");
     let bytes = std::fs::read(&library).unwrap();
     std::fs::write(&library, &bytes[..bytes.len() / 2]).unwrap();
 
-    let manifest = app.join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest).unwrap();
-    std::fs::write(&manifest, format!("{text}# touched\n")).unwrap();
-    let output = cargo(&app, &["build"], &env);
+    app.append("Cargo.toml", "# touched\n");
+    let output = app.cargo(&["build"]);
     assert_success(&output, "build with a corrupted entry");
     let stderr = String::from_utf8_lossy(&output.stderr);
     let expected = format!(
@@ -104,7 +94,7 @@ fn a_corrupted_cache_entry_is_reported_and_rebuilt() {
         "expected {expected:?} in:\n{stderr}"
     );
     assert_eq!(
-        python
+        app.python
             .starts()
             .iter()
             .filter(|start| start.starts_with("driver"))
@@ -117,7 +107,7 @@ fn a_corrupted_cache_entry_is_reported_and_rebuilt() {
         "the rebuilt entry is whole again"
     );
 
-    let output = cargo(&app, &["run", "--quiet"], &env);
+    let output = app.cargo(&["run", "--quiet"]);
     assert_success(&output, "run");
     assert_eq!(
         stdout(&output),
@@ -127,21 +117,14 @@ fn a_corrupted_cache_entry_is_reported_and_rebuilt() {
 
 #[test]
 fn two_builds_of_the_same_model_at_once_share_one_entry() {
-    let temp = tempfile::tempdir().unwrap();
-    let workspace = temp.path().join("workspace");
-    copy_fixture("shared-workspace", &workspace, "concurrent");
-    let python = PythonLog::new(temp.path());
-    let cache_dir = temp.path().join("cache");
-    let env = [
-        ("RELAX_PYTHON", python.wrapper.to_str().unwrap()),
-        ("RELAX_CACHE_DIR", cache_dir.to_str().unwrap()),
-    ];
+    let workspace = IsolatedApp::new("shared-workspace", "concurrent");
     // One cargo invocation runs both members' build scripts in parallel (-j 2).
     assert_success(
-        &cargo(&workspace, &["build", "--quiet", "-j", "2"], &env),
+        &workspace.cargo(&["build", "--quiet", "-j", "2"]),
         "workspace build",
     );
-    let drivers: Vec<_> = python
+    let drivers: Vec<_> = workspace
+        .python
         .starts()
         .into_iter()
         .filter(|start| start.starts_with("driver"))
@@ -151,19 +134,11 @@ fn two_builds_of_the_same_model_at_once_share_one_entry() {
         ["driver double"],
         "the second build waits for the first and reuses its entry"
     );
-    let entries: Vec<_> = std::fs::read_dir(cache_dir.join("entries"))
+    assert_eq!(entries(&workspace).len(), 1);
+    let leftovers = std::fs::read_dir(workspace.cache_dir.join("tmp"))
         .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.is_dir())
-        .collect();
-    assert_eq!(entries.len(), 1);
-    assert!(
-        std::fs::read_dir(cache_dir.join("tmp"))
-            .unwrap()
-            .next()
-            .is_none(),
-        "no half-written entry is left"
-    );
+        .count();
+    assert_eq!(leftovers, 0, "no half-written entry is left");
     for member in ["shared-member-a-concurrent", "shared-member-b-concurrent"] {
         let output = std::process::Command::new(fixture_target_dir().join("debug").join(member))
             .output()

@@ -3,54 +3,38 @@
 
 use std::path::Path;
 
-use relax_cargo_tests::{
-    assert_success, cargo, copy_fixture, fixture_target_dir, json_file, PythonLog,
-};
+use relax_cargo_tests::{assert_success, fixture_target_dir, json_file, IsolatedApp};
 use serde_json::{json, Value};
 
 const PACKAGE: &str = "fixture-tvmscript-pair-rebuild";
 
 #[test]
 fn no_op_build_starts_no_python_and_the_binary_carries_its_model() {
-    let temp = tempfile::tempdir().unwrap();
-    let app = temp.path().join("app");
-    copy_fixture("tvmscript-pair", &app, "rebuild");
-    let python = PythonLog::new(temp.path());
-    let cache_dir = temp.path().join("cache");
-    let env = [
-        ("RELAX_PYTHON", python.wrapper.to_str().unwrap()),
-        ("RELAX_CACHE_DIR", cache_dir.to_str().unwrap()),
-    ];
-
-    assert_success(&cargo(&app, &["build", "--quiet"], &env), "first build");
+    let app = IsolatedApp::new("tvmscript-pair", "rebuild");
+    app.build("first build");
     assert_eq!(
-        python.starts(),
+        app.python.starts(),
         ["probe", "driver pair"],
         "the first build probes the toolchain and compiles"
     );
 
-    assert_success(&cargo(&app, &["build", "--quiet"], &env), "second build");
+    app.build("second build");
     assert_eq!(
-        python.starts().len(),
+        app.python.starts().len(),
         2,
         "a build with nothing changed must not start Python"
     );
 
-    let source = app.join("models/pair.py");
-    let text = std::fs::read_to_string(&source).unwrap();
-    std::fs::write(&source, format!("{text}\n# touched\n")).unwrap();
-    assert_success(
-        &cargo(&app, &["build", "--quiet"], &env),
-        "build after changing the model",
-    );
+    app.append("models/pair.py", "\n# touched\n");
+    app.build("build after changing the model");
     assert_eq!(
-        python.starts()[2..],
+        app.python.starts()[2..],
         ["driver pair"],
         "changing the model source recompiles it"
     );
 
     // The executable, copied elsewhere, runs after its OUT_DIR is gone.
-    let elsewhere = temp.path().join("elsewhere");
+    let elsewhere = app.temp().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
     let binary = elsewhere.join(PACKAGE);
     std::fs::copy(fixture_target_dir().join("debug").join(PACKAGE), &binary).unwrap();
@@ -85,7 +69,7 @@ fn no_op_build_starts_no_python_and_the_binary_carries_its_model() {
 
     // The runtime libraries are searched in RELAX_RUNTIME_DIR first, then next to the
     // executable: a broken libtvm_ffi.so in each place is what the error names.
-    let override_dir = temp.path().join("override");
+    let override_dir = app.temp().join("override");
     std::fs::create_dir_all(&override_dir).unwrap();
     for dir in [&override_dir, &elsewhere] {
         std::fs::write(dir.join("libtvm_ffi.so"), b"not a library").unwrap();
@@ -95,7 +79,7 @@ fn no_op_build_starts_no_python_and_the_binary_carries_its_model() {
         let mut command = std::process::Command::new(&binary);
         command
             .arg(inputs.path())
-            .current_dir(temp.path())
+            .current_dir(app.temp())
             .env_remove("RELAX_RUNTIME_DIR");
         for (name, value) in env {
             command.env(name, value);

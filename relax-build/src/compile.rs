@@ -46,28 +46,7 @@ pub fn compile(
     model_dir: &Path,
 ) -> Result<()> {
     std::fs::create_dir_all(model_dir).map_err(io(format!("creating {}", model_dir.display())))?;
-    let request = json!({
-        "model": model.name,
-        "source": model.source,
-        "entry": model.entry,
-        "inputs": inputs_json(model),
-        "target": target.tvm,
-        "cross_compiler": target.cross_compiler.map(|compiler| &compiler.command),
-        "tuning_records": target.tuning_records,
-        "pipeline": model.options.pipeline.as_str(),
-        "tir_pipeline": model.options.tir_pipeline,
-        "opt_level": model.options.opt_level,
-        "weights_mode": match model.weights {
-            Weights::Embed => "embed",
-            Weights::External => "external",
-            _ => "auto",
-        },
-        "weights_name": WEIGHTS,
-        "output_dir": model_dir,
-        "library_name": LIBRARY,
-    });
-    let request_path = model_dir.join("request.json");
-    write_atomically(&request_path, request.to_string().as_bytes())?;
+    let request_path = write_request(model, target, model_dir, None)?;
 
     let output = Command::new(&toolchain.python)
         .arg(driver)
@@ -146,20 +125,8 @@ pub fn tune(
     std::fs::create_dir_all(records_dir)
         .map_err(io(format!("creating {}", records_dir.display())))?;
     let scratch = tempfile_dir(records_dir)?;
-    let request = json!({
-        "model": model.name,
-        "source": model.source,
-        "entry": model.entry,
-        "inputs": inputs_json(model),
-        "target": target.tvm,
-        "pipeline": model.options.pipeline.as_str(),
-        "opt_level": model.options.opt_level,
-        "weights_mode": "embed",
-        "output_dir": scratch,
-        "tune": {"trials": trials, "work_dir": records_dir},
-    });
-    let request_path = scratch.join("request.json");
-    write_atomically(&request_path, request.to_string().as_bytes())?;
+    let tune = json!({"trials": trials, "work_dir": records_dir});
+    let request_path = write_request(model, target, &scratch, Some(tune))?;
     let status = Command::new(&toolchain.python)
         .arg(driver)
         .arg(&request_path)
@@ -186,6 +153,40 @@ fn tempfile_dir(near: &Path) -> Result<PathBuf> {
     let dir = near.join(format!(".scratch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
     Ok(dir)
+}
+
+/// Writes the driver's request for `model` into `dir/request.json` (with `tune`, a
+/// tuning run instead of a compile) and returns its path.
+fn write_request(
+    model: &Model,
+    target: &CompileTarget<'_>,
+    dir: &Path,
+    tune: Option<serde_json::Value>,
+) -> Result<PathBuf> {
+    let request = json!({
+        "model": model.name,
+        "source": model.source,
+        "entry": model.entry,
+        "inputs": inputs_json(model),
+        "target": target.tvm,
+        "cross_compiler": target.cross_compiler.map(|compiler| &compiler.command),
+        "tuning_records": target.tuning_records,
+        "pipeline": model.options.pipeline.as_str(),
+        "tir_pipeline": model.options.tir_pipeline,
+        "opt_level": model.options.opt_level,
+        "weights_mode": match model.weights {
+            Weights::Embed => "embed",
+            Weights::External => "external",
+            _ => "auto",
+        },
+        "weights_name": WEIGHTS,
+        "output_dir": dir,
+        "library_name": LIBRARY,
+        "tune": tune,
+    });
+    let path = dir.join("request.json");
+    write_atomically(&path, request.to_string().as_bytes())?;
+    Ok(path)
 }
 
 /// The inputs as an ordered list the driver turns into an nn export spec.
@@ -317,6 +318,7 @@ fn driver_failure(
             format!("{}; give its shape in `inputs`", report.message),
         ),
         "unsupported_type" => (None, report.message),
+        "tuning_records" => (Some(model.key("tune")), report.message),
         "link" => {
             let (compiler, fix) = match target.cross_compiler {
                 Some(compiler) => (

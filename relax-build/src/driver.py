@@ -414,8 +414,9 @@ def compile_module(ir_module, target, request):
     pipeline = request["pipeline"]
     records = request.get("tuning_records")
     if records:
+        work_dir = checked_records_copy(records, request["output_dir"])
         with target:
-            ir_module = relax.get_pipeline("static_shape_tuning", total_trials=0, target=target, work_dir=records)(ir_module)
+            ir_module = relax.get_pipeline("static_shape_tuning", total_trials=0, target=target, work_dir=work_dir)(ir_module)
         relax_pipeline = relax.get_default_pipeline(target)
     elif pipeline == "zero":
         ir_module = relax.get_pipeline("zero")(ir_module)
@@ -430,6 +431,35 @@ def compile_module(ir_module, target, request):
         return tvm.compile(
             ir_module, target, relax_pipeline=relax_pipeline, tir_pipeline=request.get("tir_pipeline") or "default"
         )
+
+
+def checked_records_copy(records, output_dir):
+    """Copies the tuning records into output_dir/records, one JSON value a line.
+
+    TVM's JSON database crashes the process on a blank line and on malformed JSON, so
+    blank lines (an editor's trailing newline) are dropped and any other bad line is
+    an error that names the file and line.
+    """
+    work_dir = os.path.join(output_dir, "records")
+    os.makedirs(work_dir, exist_ok=True)
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        lines = []
+        with open(os.path.join(records, name)) as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    json.loads(line)
+                except ValueError as error:
+                    raise DriverError(
+                        "tuning_records",
+                        f"{os.path.join(records, name)} line {number} is not valid JSON ({error}); "
+                        "restore it from version control or run `cargo relax tune` again",
+                    ) from error
+                lines.append(line if line.endswith("\n") else line + "\n")
+        with open(os.path.join(work_dir, name), "w") as handle:
+            handle.writelines(lines)
+    return work_dir
 
 
 def tune_module(ir_module, request):

@@ -414,13 +414,13 @@ impl Config {
             .map_err(|message| Error::Toolchain { message })?;
         let mut dirs = Vec::new();
         for model in models {
-            let trials = trials
-                .or(model.tune.map(|tune| tune.trials))
-                .ok_or_else(|| Error::ManifestKey {
-                    path: resolver.manifest_path.clone(),
-                    key: model.key("tune"),
-                    message: "missing: set tune = { trials = 32 } or pass --trials".to_string(),
-                })?;
+            let declared = model.tune.ok_or_else(|| Error::ManifestKey {
+                path: resolver.manifest_path.clone(),
+                key: model.key("tune"),
+                message: "missing: add tune = { trials = 32 } to the model (builds apply records only to models that declare it)"
+                    .to_string(),
+            })?;
+            let trials = trials.unwrap_or(declared.trials);
             let records = tuning::dir(&resolver.prepared_root, &model.name, &resolver.cargo_target);
             let target = resolver.compile_target(model)?;
             compile::tune(
@@ -543,6 +543,14 @@ impl Config {
             // Only when present: Cargo reruns a build script on every build while a
             // watched path is missing.
             cargo::rerun_if_changed(&prepared_root);
+        }
+        for model in metadata.models.iter().filter(|model| model.tune.is_some()) {
+            // Made (empty) so Cargo can watch it: records written there later by
+            // `cargo relax tune` then rerun this build script.
+            let records = tuning::dir(&prepared_root, &model.name, &target);
+            std::fs::create_dir_all(&records)
+                .map_err(io(format!("creating {}", records.display())))?;
+            cargo::rerun_if_changed(&records);
         }
         let base_target =
             target::tvm_target(&target, &host, &rustflags()).map_err(|error| match error {

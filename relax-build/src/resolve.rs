@@ -136,10 +136,11 @@ impl Resolver {
         Ok(target)
     }
 
-    /// The folder of `model`'s tuning records for this target, if it holds records.
+    /// The folder of `model`'s tuning records for this target, if the model declares
+    /// `tune` and the folder holds records.
     pub fn tuning_records(&self, model: &Model) -> Option<PathBuf> {
         let dir = tuning::dir(&self.prepared_root, &model.name, &self.cargo_target);
-        tuning::has_records(&dir).then_some(dir)
+        (model.tune.is_some() && tuning::has_records(&dir)).then_some(dir)
     }
 
     /// What to compile `model` for: Cargo target, TVM target, cross compiler, records.

@@ -317,3 +317,55 @@ pub fn run_under_qemu(executable: &Path, args: &[&str], current_dir: &Path) -> O
         .output()
         .expect("running qemu-aarch64 (scripts/test.sh installs qemu-user)")
 }
+
+/// A fixture copied to a temporary folder, built with a [`PythonLog`] as `RELAX_PYTHON`
+/// and a cache of its own, so that what its builds start can be counted.
+pub struct IsolatedApp {
+    temp: tempfile::TempDir,
+    pub dir: PathBuf,
+    pub python: PythonLog,
+    pub cache_dir: PathBuf,
+}
+
+impl IsolatedApp {
+    /// Copies fixture `name` (packages renamed with `-<suffix>`).
+    pub fn new(name: &str, suffix: &str) -> IsolatedApp {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().join("app");
+        copy_fixture(name, &dir, suffix);
+        let python = PythonLog::new(temp.path());
+        let cache_dir = temp.path().join("cache");
+        IsolatedApp {
+            temp,
+            dir,
+            python,
+            cache_dir,
+        }
+    }
+
+    /// The temporary folder holding the app, the log and the cache.
+    pub fn temp(&self) -> &Path {
+        self.temp.path()
+    }
+
+    /// `cargo <args>` in the app with its Python log and cache.
+    pub fn cargo(&self, args: &[&str]) -> Output {
+        let env = [
+            ("RELAX_PYTHON", self.python.wrapper.to_str().unwrap()),
+            ("RELAX_CACHE_DIR", self.cache_dir.to_str().unwrap()),
+        ];
+        cargo(&self.dir, args, &env)
+    }
+
+    /// `cargo build --quiet`, which must succeed.
+    pub fn build(&self, what: &str) {
+        assert_success(&self.cargo(&["build", "--quiet"]), what);
+    }
+
+    /// Appends `text` to a file of the app (a change of content, so of its key).
+    pub fn append(&self, relative: &str, text: &str) {
+        let path = self.dir.join(relative);
+        let old = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{old}{text}")).unwrap();
+    }
+}

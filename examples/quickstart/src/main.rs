@@ -20,11 +20,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut predictions = Vec::with_capacity(labels.len());
     let mut latencies = Vec::new();
     for (batch_images, batch_labels) in images.chunks(BATCH * 64).zip(labels.chunks(BATCH)) {
-        let x = Tensor::from_slice(batch_images, &[batch_labels.len(), 64])?;
+        // The model takes exactly BATCH images: pad the last batch with zeros.
+        let mut padded = batch_images.to_vec();
+        padded.resize(BATCH * 64, 0.0);
+        let x = Tensor::from_slice(&padded, &[BATCH, 64])?;
         let started = Instant::now();
         let logits = model.forward(&x)?;
         latencies.push(started.elapsed());
-        predictions.extend(logits.as_slice::<f32>()?.chunks(10).map(argmax));
+        let rows = logits
+            .as_slice::<f32>()?
+            .chunks(10)
+            .take(batch_labels.len());
+        predictions.extend(rows.map(argmax));
     }
 
     let correct = predictions

@@ -1,0 +1,108 @@
+//! Tuning as a build input: a build never tunes (it warns when `tune` has no records),
+//! `cargo relax tune` writes records, and the next build applies them (the records are
+//! part of the key, so it recompiles, and again when they change).
+
+use relax_cargo_tests::{assert_success, cargo_relax, IsolatedApp};
+
+#[test]
+fn records_from_cargo_relax_tune_are_applied_and_keyed() {
+    let app = IsolatedApp::new("two-models", "tuning");
+    let manifest = app.dir.join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replace(
+            "entry = \"Double\"",
+            "entry = \"Double\"\ntune = { trials = 4 }",
+        ),
+    )
+    .unwrap();
+
+    let output = app.cargo(&["build"]);
+    assert_success(&output, "build without records");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let expected = "model `double` has tune = { trials = 4 } but no tuning records for x86_64-unknown-linux-gnu; it is compiled untuned";
+    assert!(
+        stderr.contains(expected),
+        "expected {expected:?} in:\n{stderr}"
+    );
+    let after_build = app.python.starts().len();
+
+    let env = [
+        ("RELAX_PYTHON", app.python.wrapper.to_str().unwrap()),
+        ("RELAX_CACHE_DIR", app.cache_dir.to_str().unwrap()),
+    ];
+    let output = cargo_relax(
+        &["tune", "--manifest-path", manifest.to_str().unwrap()],
+        &env,
+    );
+    assert_success(&output, "cargo relax tune");
+    let records = app
+        .dir
+        .join(".relax/tuning/double/x86_64-unknown-linux-gnu");
+    for file in ["database_workload.json", "database_tuning_record.json"] {
+        assert!(records.join(file).is_file(), "{file} written");
+    }
+    assert!(
+        !records.join("logs").exists(),
+        "meta-schedule's logs are not left to commit"
+    );
+    assert_eq!(
+        app.python.starts()[after_build..],
+        ["driver double"],
+        "only the model with `tune` is tuned"
+    );
+
+    let output = app.cargo(&["build"]);
+    assert_success(&output, "build with records");
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("no tuning records"));
+    assert_eq!(
+        app.python.starts()[after_build + 1..],
+        ["driver double"],
+        "the records change the key: recompiled"
+    );
+
+    // A blank line (an editor's trailing newline) changes the key but not the records.
+    app.append(
+        ".relax/tuning/double/x86_64-unknown-linux-gnu/database_tuning_record.json",
+        "\n",
+    );
+    app.build("build after the records changed");
+    assert_eq!(
+        app.python.starts()[after_build + 2..],
+        ["driver double"],
+        "changed records recompile"
+    );
+
+    app.append(
+        ".relax/tuning/double/x86_64-unknown-linux-gnu/database_tuning_record.json",
+        "{broken\n",
+    );
+    let output = app.cargo(&["build"]);
+    assert!(!output.status.success(), "malformed records fail the build");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for expected in [
+        "model `double` (`package.metadata.relax.models.double.tune`)",
+        "is not valid JSON",
+        "run `cargo relax tune` again",
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "expected {expected:?} in:\n{stderr}"
+        );
+    }
+    let records_file = records.join("database_tuning_record.json");
+    let text = std::fs::read_to_string(&records_file).unwrap();
+    std::fs::write(
+        &records_file,
+        text.trim_end().trim_end_matches("{broken").trim_end(),
+    )
+    .unwrap();
+
+    let output = app.cargo(&["run", "--quiet"]);
+    assert_success(&output, "run with tuned code");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "offset: [11.0, 12.0, 13.0, 14.0]\ndouble: [2.0, 4.0, 6.0, 8.0]\n"
+    );
+}
