@@ -5,20 +5,13 @@ use std::path::Path;
 
 use relax_cargo_tests::{
     assert_success, assert_tensors_close, cargo, cargo_relax, copy_fixture, fixture,
-    fixture_target_dir, json_file, path_without_python, run_fixture, run_under_qemu,
+    fixture_target_dir, json_file, line_after, path_without_python, run_fixture, run_under_qemu,
     workspace_root, CROSS_LINKER, CROSS_TARGET,
 };
 use serde_json::{json, Value};
 
 fn stdout(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn line<'a>(output: &'a str, prefix: &str) -> &'a str {
-    output
-        .lines()
-        .find(|line| line.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no `{prefix}` in:\n{output}"))
 }
 
 /// `cargo relax bundle` into a new folder; returns the bundled executable.
@@ -77,10 +70,13 @@ fn quickstart_for_aarch64_runs_under_qemu_like_the_native_build() {
     );
     assert_success(&native, "the native quickstart");
     let (emulated, native) = (stdout(&emulated), stdout(&native));
-    assert_eq!(line(&emulated, "accuracy: "), line(&native, "accuracy: "));
     assert_eq!(
-        line(&emulated, "predictions: "),
-        line(&native, "predictions: ")
+        line_after(&emulated, "accuracy: "),
+        line_after(&native, "accuracy: ")
+    );
+    assert_eq!(
+        line_after(&emulated, "predictions: "),
+        line_after(&native, "predictions: ")
     );
 }
 

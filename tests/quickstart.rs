@@ -1,13 +1,6 @@
 //! `cargo run --release -p quickstart` prints the same predictions as numpy on the same weights.
 
-use relax_cargo_tests::{assert_success, cargo, python, workspace_root};
-
-fn line<'a>(output: &'a str, prefix: &str) -> &'a str {
-    output
-        .lines()
-        .find_map(|line| line.strip_prefix(prefix))
-        .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{output}"))
-}
+use relax_cargo_tests::{assert_success, cargo, line_after, python, workspace_root};
 
 #[test]
 fn quickstart_matches_numpy() {
@@ -31,24 +24,24 @@ fn quickstart_matches_numpy() {
         &[],
     );
 
-    let predictions = line(&ours, "predictions: ");
+    let predictions = line_after(&ours, "predictions: ");
     assert_eq!(
         predictions.split(' ').count(),
         360,
         "one prediction per held-out digit"
     );
-    assert_eq!(predictions, line(&reference, "predictions: "));
-    let accuracy: f64 = line(&ours, "accuracy: ")
+    assert_eq!(predictions, line_after(&reference, "predictions: "));
+    let accuracy: f64 = line_after(&ours, "accuracy: ")
         .split(' ')
         .next()
         .unwrap()
         .parse()
         .unwrap();
-    let reference_accuracy: f64 = line(&reference, "accuracy: ").parse().unwrap();
+    let reference_accuracy: f64 = line_after(&reference, "accuracy: ").parse().unwrap();
     assert_eq!(format!("{accuracy:.4}"), format!("{reference_accuracy:.4}"));
     assert!(
         accuracy > 0.9,
         "the trained MLP classifies most digits: {accuracy}"
     );
-    assert!(line(&ours, "median latency per batch of 32: ").ends_with("over 12 batches"));
+    assert!(line_after(&ours, "median latency per batch of 32: ").ends_with("over 12 batches"));
 }

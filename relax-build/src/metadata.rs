@@ -149,54 +149,53 @@ impl Model {
 
     /// Applies `RELAX_<MODEL>_*` overrides to the compile options.
     pub fn apply_env_overrides(&mut self) -> Result<()> {
-        let error = |variable: String, message: String| Error::ManifestKey {
-            path: PathBuf::from("environment"),
-            key: variable,
-            message,
+        if let Some(pipeline) = self.env_override(
+            "PIPELINE",
+            Pipeline::parse,
+            "a pipeline; use zero, cpu or default",
+        )? {
+            self.options.pipeline = pipeline;
+        }
+        if let Some(tir_pipeline) =
+            self.env_override("TIR_PIPELINE", |value| Some(value.to_string()), "")?
+        {
+            self.options.tir_pipeline = Some(tir_pipeline);
+        }
+        let opt_level = |value: &str| value.parse().ok().filter(|level| *level <= 3);
+        if let Some(level) =
+            self.env_override("OPT_LEVEL", opt_level, "an opt level; use 0, 1, 2 or 3")?
+        {
+            self.options.opt_level = level;
+        }
+        let object = |value: &str| match serde_json::from_str(value) {
+            Ok(serde_json::Value::Object(keys)) => Some(keys),
+            _ => None,
         };
-        let name = self.env_name("PIPELINE");
-        if let Some(value) = env::var(&name) {
-            let value = value.to_string_lossy();
-            self.options.pipeline = Pipeline::parse(&value).ok_or_else(|| {
-                error(
-                    name,
-                    format!("`{value}` is not a pipeline; use zero, cpu or default"),
-                )
-            })?;
-        }
-        let name = self.env_name("TIR_PIPELINE");
-        if let Some(value) = env::var(&name) {
-            self.options.tir_pipeline = Some(value.to_string_lossy().into_owned());
-        }
-        let name = self.env_name("OPT_LEVEL");
-        if let Some(value) = env::var(&name) {
-            let value = value.to_string_lossy();
-            self.options.opt_level =
-                value
-                    .parse()
-                    .ok()
-                    .filter(|level| *level <= 3)
-                    .ok_or_else(|| {
-                        error(
-                            name,
-                            format!("`{value}` is not an opt level; use 0, 1, 2 or 3"),
-                        )
-                    })?;
-        }
-        let name = self.env_name("TARGET");
-        if let Some(value) = env::var(&name) {
-            let value = value.to_string_lossy();
-            match serde_json::from_str::<serde_json::Value>(&value) {
-                Ok(serde_json::Value::Object(keys)) => self.options.target.extend(keys),
-                _ => {
-                    return Err(error(
-                        name,
-                        format!("`{value}` is not a JSON object; give target keys like {{\"mcpu\": \"skylake\"}}"),
-                    ))
-                }
-            }
+        let expected = "a JSON object; give target keys like {\"mcpu\": \"skylake\"}";
+        if let Some(keys) = self.env_override("TARGET", object, expected)? {
+            self.options.target.extend(keys);
         }
         Ok(())
+    }
+
+    /// The parsed value of `RELAX_<MODEL>_<suffix>`, if set; `expected` completes
+    /// "`<value>` is not ..." when it does not parse.
+    fn env_override<T>(
+        &self,
+        suffix: &str,
+        parse: impl Fn(&str) -> Option<T>,
+        expected: &str,
+    ) -> Result<Option<T>> {
+        let name = self.env_name(suffix);
+        let Some(value) = env::var(&name) else {
+            return Ok(None);
+        };
+        let value = value.to_string_lossy();
+        parse(&value).map(Some).ok_or_else(|| Error::ManifestKey {
+            path: PathBuf::from("environment"),
+            key: name,
+            message: format!("`{value}` is not {expected}"),
+        })
     }
 }
 

@@ -369,3 +369,11 @@ impl IsolatedApp {
         std::fs::write(&path, format!("{old}{text}")).unwrap();
     }
 }
+
+/// The rest of the first line of `output` that starts with `prefix`.
+pub fn line_after<'a>(output: &'a str, prefix: &str) -> &'a str {
+    output
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{output}"))
+}
