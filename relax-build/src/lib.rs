@@ -173,20 +173,11 @@ impl Package {
     /// unless offline.
     fn runtime_library_dirs(&self) -> Result<Vec<PathBuf>> {
         let resolver = &self.resolver;
-        let cross = resolver.cargo_target != resolver.host;
-        let needs_toolchain = cross
-            && !resolver.offline
-            && !toolchain::managed_target_runtime_dir(&resolver.cargo_target)?
-                .join("libtvm_runtime.so")
-                .is_file();
-        let toolchain = match needs_toolchain {
-            true => resolver.toolchain().ok(),
-            false => resolver.resolved_toolchain(),
-        };
         toolchain::runtime_library_dirs(&toolchain::RuntimeLookup {
             cargo_target: &resolver.cargo_target,
             host: &resolver.host,
-            toolchain,
+            toolchain: resolver.resolved_toolchain(),
+            find_toolchain: &|| resolver.toolchain().ok(),
             manifest_python: self.metadata.python.as_deref(),
             cache: &resolver.cache,
             fetch: !resolver.offline,
@@ -314,17 +305,12 @@ impl Config {
     pub fn try_compile_model(&self, model: &Model) -> Result<CompiledModel> {
         cargo::set_enabled(self.cargo_directives);
         let out_dir = self.path_or_env(&self.out_dir, "OUT_DIR")?;
-        let target = match &self.target {
-            Some(target) => target.clone(),
-            None => env::cargo_var("TARGET")?,
-        };
-        let host = self.host.clone().unwrap_or_else(|| target.clone());
+        let (target, host) = self.triples()?;
         let resolver = Resolver::new(ResolverSettings {
             cache: self.cache()?,
             prepared_root: out_dir.join("no-prepared-artifacts"),
             manifest_path: model.manifest_dir.join("Cargo.toml"),
-            base_target: target::tvm_target(&target, &host, &rustflags())
-                .map_err(|error| error.to_string()),
+            base_target: base_target(&target, &host),
             cargo_target: target,
             host,
             offline: false,
@@ -513,14 +499,7 @@ impl Config {
 
     fn package(&self) -> Result<Package> {
         let manifest_dir = self.path_or_env(&self.manifest_dir, "CARGO_MANIFEST_DIR")?;
-        let target = match &self.target {
-            Some(target) => target.clone(),
-            None => env::cargo_var("TARGET")?,
-        };
-        let host = match &self.host {
-            Some(host) => host.clone(),
-            None => std::env::var("HOST").unwrap_or_else(|_| target.clone()),
-        };
+        let (target, host) = self.triples()?;
         let manifest_path = manifest_dir.join("Cargo.toml");
         cargo::rerun_if_changed(&manifest_path);
         let mut metadata = metadata::read(&manifest_dir)?;
@@ -552,11 +531,7 @@ impl Config {
                 .map_err(io(format!("creating {}", records.display())))?;
             cargo::rerun_if_changed(&records);
         }
-        let base_target =
-            target::tvm_target(&target, &host, &rustflags()).map_err(|error| match error {
-                Error::UnsupportedTarget { message, .. } => message,
-                other => other.to_string(),
-            });
+        let base_target = base_target(&target, &host);
         let resolver = Resolver::new(ResolverSettings {
             cache: self.cache()?,
             prepared_root,
@@ -572,6 +547,20 @@ impl Config {
             metadata,
             resolver,
         })
+    }
+
+    /// The Cargo target (`target()`, else `TARGET`) and host (`host()`, else `HOST`,
+    /// else the target).
+    fn triples(&self) -> Result<(String, String)> {
+        let target = match &self.target {
+            Some(target) => target.clone(),
+            None => env::cargo_var("TARGET")?,
+        };
+        let host = match &self.host {
+            Some(host) => host.clone(),
+            None => std::env::var("HOST").unwrap_or_else(|_| target.clone()),
+        };
+        Ok((target, host))
     }
 
     fn path_or_env(&self, configured: &Option<PathBuf>, variable: &'static str) -> Result<PathBuf> {
@@ -627,6 +616,15 @@ fn materialize(
         source: artifacts.source,
         input_key: artifacts.manifest.input_key.clone(),
         cache_key: artifacts.manifest.cache_key.clone(),
+    })
+}
+
+/// The TVM target derived from the Cargo target and rustflags, or why there is none
+/// (a model may still give its own `mtriple`).
+fn base_target(target: &str, host: &str) -> std::result::Result<serde_json::Value, String> {
+    target::tvm_target(target, host, &rustflags()).map_err(|error| match error {
+        Error::UnsupportedTarget { message, .. } => message,
+        other => other.to_string(),
     })
 }
 

@@ -64,6 +64,8 @@ pub struct Resolver {
     pub offline: bool,
     pub manifest_python: Option<PathBuf>,
     toolchain: OnceCell<std::result::Result<Toolchain, String>>,
+    /// `mcpu = "native"` resolved (it runs rustc), once per build.
+    native_cpu: OnceCell<String>,
 }
 
 impl Resolver {
@@ -79,6 +81,7 @@ impl Resolver {
             offline: settings.offline,
             manifest_python: settings.manifest_python,
             toolchain: OnceCell::new(),
+            native_cpu: OnceCell::new(),
         }
     }
 
@@ -127,13 +130,18 @@ impl Resolver {
             keys.extend(model.options.target.clone());
             if keys.get("mcpu").and_then(|cpu| cpu.as_str()) == Some("native") {
                 // Resolved here, so the key names the CPU the code is compiled for.
-                keys.insert(
-                    "mcpu".into(),
-                    target::native_cpu(&self.cargo_target, &self.host)?.into(),
-                );
+                keys.insert("mcpu".into(), self.native_cpu()?.into());
             }
         }
         Ok(target)
+    }
+
+    fn native_cpu(&self) -> Result<String> {
+        if let Some(cpu) = self.native_cpu.get() {
+            return Ok(cpu.clone());
+        }
+        let cpu = target::native_cpu(&self.cargo_target, &self.host)?;
+        Ok(self.native_cpu.get_or_init(|| cpu).clone())
     }
 
     /// The folder of `model`'s tuning records for this target, if the model declares
@@ -178,7 +186,7 @@ impl Resolver {
             Prepared::Stale(changes) => Some(format!("is stale ({})", changes.join(", "))),
             Prepared::Tampered(reason) => Some(format!("is refused: {reason}")),
         };
-        let describe = |problem: &Option<String>| match problem {
+        let describe = |problem: Option<&String>| match problem {
             Some(problem) => format!("the prepared artifact {} {problem}", prepared_dir.display()),
             None => format!(
                 "there is no prepared artifact in {}",
@@ -192,7 +200,7 @@ impl Resolver {
                 message: format!(
                     "{}, and offline builds (RELAX_OFFLINE=1 or CARGO_NET_OFFLINE=true) use only prepared artifacts.\n\
                      Fix: run `{}` on a machine with Python (or build online), then commit {}",
-                    describe(&problem),
+                    describe(problem.as_ref()),
                     self.prepare_command(),
                     self.prepared_root.display()
                 ),
@@ -203,7 +211,7 @@ impl Resolver {
             cargo::warning(&format!(
                 "relax-build: model `{}`: {}; compiling it instead (run `{}` to refresh it)",
                 model.name,
-                describe(&Some(problem.clone())),
+                describe(Some(problem)),
                 self.prepare_command()
             ));
         }
@@ -212,7 +220,7 @@ impl Resolver {
                 "model `{}`: {}, and no TVM toolchain is usable to compile it.\n{message}\n\
                  Or: run `{}` on a machine with TVM and commit {}",
                 model.name,
-                describe(&problem),
+                describe(problem.as_ref()),
                 self.prepare_command(),
                 self.prepared_root.display()
             ),

@@ -512,8 +512,10 @@ os.replace(partial, target)
 pub struct RuntimeLookup<'a> {
     pub cargo_target: &'a str,
     pub host: &'a str,
-    /// The toolchain, if one is at hand (host builds use its libraries).
+    /// The toolchain, if this build already found one (host builds use its libraries).
     pub toolchain: Option<&'a Toolchain>,
+    /// Finds a toolchain; asked only when a cross target's libraries must be fetched.
+    pub find_toolchain: &'a dyn Fn() -> Option<&'a Toolchain>,
     pub manifest_python: Option<&'a Path>,
     pub cache: &'a Cache,
     /// Whether a missing cross-target runtime may be fetched (with `toolchain`).
@@ -549,8 +551,12 @@ pub fn runtime_library_dirs(lookup: &RuntimeLookup<'_>) -> Result<Vec<PathBuf>> 
     if holds_runtime_libraries(&dir) {
         return Ok(vec![dir]);
     }
-    match (lookup.fetch, lookup.toolchain) {
-        (true, Some(toolchain)) => {
+    let toolchain = match lookup.fetch {
+        true => lookup.toolchain.or_else(lookup.find_toolchain),
+        false => None,
+    };
+    match toolchain {
+        Some(toolchain) => {
             fetch_target_runtime(toolchain, lookup.cargo_target, &dir)?;
             Ok(vec![dir])
         }
