@@ -159,73 +159,57 @@ fn aarch64_release_builds_offline_from_prepared_artifacts_with_python_hidden() {
     );
 }
 
-#[test]
-fn a_library_for_the_wrong_architecture_is_refused() {
+/// A cross build of a copy of the two-models fixture linked by the host's `g++`, with
+/// `extra` environment; it must fail with every one of `expected` in its stderr.
+fn host_compiler_build_fails(suffix: &str, extra: &[(&str, &str)], expected: &[&str]) {
     let temp = tempfile::tempdir().unwrap();
     let app = temp.path().join("app");
-    copy_fixture("two-models", &app, "cross-wrong-arch");
-    // The host's compiler and an x86-64 mtriple: TVM links an x86-64 library for an aarch64 build.
-    let build = cargo(
-        &app,
-        &["build", "--quiet", "--target", CROSS_TARGET],
-        &[
-            ("CXX_aarch64_unknown_linux_gnu", "g++"),
-            (
-                "RELAX_OFFSET_TARGET",
-                r#"{"mtriple": "x86_64-unknown-linux-gnu", "mattr": []}"#,
-            ),
-            (
-                "RELAX_DOUBLE_TARGET",
-                r#"{"mtriple": "x86_64-unknown-linux-gnu", "mattr": []}"#,
-            ),
-            (
-                "RELAX_CACHE_DIR",
-                temp.path().join("cache").to_str().unwrap(),
-            ),
-            CROSS_LINKER,
-        ],
-    );
+    copy_fixture("two-models", &app, suffix);
+    let cache = temp.path().join("cache");
+    let mut env = vec![
+        ("CXX_aarch64_unknown_linux_gnu", "g++"),
+        ("RELAX_CACHE_DIR", cache.to_str().unwrap()),
+        CROSS_LINKER,
+    ];
+    env.extend_from_slice(extra);
+    let build = cargo(&app, &["build", "--quiet", "--target", CROSS_TARGET], &env);
     assert!(
         !build.status.success(),
-        "a library of the wrong architecture must fail the build"
+        "the host compiler for an aarch64 build must fail it"
     );
     let stderr = String::from_utf8_lossy(&build.stderr);
-    for expected in [
-        "model `offset`: the compiled library is x86-64 code, but the Cargo target aarch64-unknown-linux-gnu needs AArch64 code",
-        "it was linked by `g++` (from CXX_aarch64_unknown_linux_gnu)",
-        "Fix: point CXX_aarch64_unknown_linux_gnu at the target's C++ compiler (e.g. aarch64-linux-gnu-g++)",
-    ] {
-        assert!(stderr.contains(expected), "expected {expected:?} in:\n{stderr}");
+    for expected in expected {
+        assert!(
+            stderr.contains(expected),
+            "expected {expected:?} in:\n{stderr}"
+        );
     }
 }
 
 #[test]
-fn a_host_compiler_for_a_cross_target_fails_with_the_fix() {
-    let temp = tempfile::tempdir().unwrap();
-    let app = temp.path().join("app");
-    copy_fixture("two-models", &app, "cross-host-cc");
-    let build = cargo(
-        &app,
-        &["build", "--quiet", "--target", CROSS_TARGET],
+fn a_library_for_the_wrong_architecture_is_refused() {
+    // The host's compiler and an x86-64 mtriple: TVM links an x86-64 library for an aarch64 build.
+    let x86 = r#"{"mtriple": "x86_64-unknown-linux-gnu", "mattr": []}"#;
+    host_compiler_build_fails(
+        "cross-wrong-arch",
+        &[("RELAX_OFFSET_TARGET", x86), ("RELAX_DOUBLE_TARGET", x86)],
         &[
-            ("CXX_aarch64_unknown_linux_gnu", "g++"),
-            (
-                "RELAX_CACHE_DIR",
-                temp.path().join("cache").to_str().unwrap(),
-            ),
-            CROSS_LINKER,
+            "model `offset`: the compiled library is x86-64 code, but the Cargo target aarch64-unknown-linux-gnu needs AArch64 code",
+            "it was linked by `g++` (from CXX_aarch64_unknown_linux_gnu)",
+            "Fix: point CXX_aarch64_unknown_linux_gnu at the target's C++ compiler (e.g. aarch64-linux-gnu-g++)",
         ],
     );
-    assert!(
-        !build.status.success(),
-        "linking aarch64 code with the host compiler must fail"
+}
+
+#[test]
+fn a_host_compiler_for_a_cross_target_fails_with_the_fix() {
+    host_compiler_build_fails(
+        "cross-host-cc",
+        &[],
+        &[
+            "model `offset`: linking the library for aarch64-unknown-linux-gnu with `g++` (from CXX_aarch64_unknown_linux_gnu) failed",
+            "Fix: point CXX_aarch64_unknown_linux_gnu at a C++ compiler for aarch64-unknown-linux-gnu",
+            "file in wrong format",
+        ],
     );
-    let stderr = String::from_utf8_lossy(&build.stderr);
-    for expected in [
-        "model `offset`: linking the library for aarch64-unknown-linux-gnu with `g++` (from CXX_aarch64_unknown_linux_gnu) failed",
-        "Fix: point CXX_aarch64_unknown_linux_gnu at a C++ compiler for aarch64-unknown-linux-gnu",
-        "file in wrong format",
-    ] {
-        assert!(stderr.contains(expected), "expected {expected:?} in:\n{stderr}");
-    }
 }
