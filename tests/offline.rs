@@ -96,9 +96,12 @@ fn offline_build_with_python_hidden_uses_prepared_artifacts() {
     // gets both libraries from RELAX_RUNTIME_DIR.
     let runtime_dir = app.temp.path().join("runtime");
     std::fs::create_dir_all(&runtime_dir).unwrap();
-    let toolchain =
-        relax_build::toolchain::find_or_provision(None, &relax_build::Cache::new(app.cache()))
-            .unwrap();
+    let toolchain = relax_build::tooling::toolchain(
+        &relax_build::Config::new()
+            .cargo_directives(false)
+            .cache_dir(app.cache()),
+    )
+    .unwrap();
     for dir in &toolchain.runtime_library_dirs {
         for library in ["libtvm_ffi.so", "libtvm_runtime.so"] {
             if dir.join(library).is_file() {

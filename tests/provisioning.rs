@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use relax_build::toolchain;
+use relax_build::tooling::{self, TVM_VERSION};
+use relax_build::Config;
 
 #[test]
 fn provisions_once_behind_a_lock_and_replaces_a_half_made_toolchain() {
@@ -15,23 +16,20 @@ fn provisions_once_behind_a_lock_and_replaces_a_half_made_toolchain() {
     std::env::remove_var("RELAX_PYTHON");
     std::env::remove_var("VIRTUAL_ENV");
 
-    let managed = toolchain::managed_dir().unwrap();
-    assert_eq!(
-        managed,
-        temp.path()
-            .join("toolchains")
-            .join(format!("tvm-{}", toolchain::TVM_VERSION))
-    );
-    let cache = relax_build::Cache::new(temp.path().join("cache"));
+    let managed = temp
+        .path()
+        .join("toolchains")
+        .join(format!("tvm-{TVM_VERSION}"));
+    let config = Config::new()
+        .cargo_directives(false)
+        .cache_dir(temp.path().join("cache"));
     std::fs::create_dir_all(managed.join("bin")).unwrap();
     std::fs::write(managed.join("bin/python"), "left by an interrupted install").unwrap();
 
     let builds: Vec<_> = (0..2)
         .map(|_| {
-            let cache = cache.clone();
-            std::thread::spawn(move || {
-                toolchain::find_or_provision(None, &cache).map(|found| found.python)
-            })
+            let config = config.clone();
+            std::thread::spawn(move || tooling::toolchain(&config).map(|found| found.python))
         })
         .collect();
     let pythons: Vec<PathBuf> = builds
@@ -47,8 +45,8 @@ fn provisions_once_behind_a_lock_and_replaces_a_half_made_toolchain() {
     assert_eq!(pythons[0], managed.join("bin/python"));
     assert_eq!(pythons[0], pythons[1]);
     assert!(managed.join("relax-toolchain-complete").is_file());
-    let found = toolchain::find_or_provision(None, &cache).unwrap();
-    assert_eq!(found.tvm_version, toolchain::TVM_VERSION);
+    let found = tooling::toolchain(&config).unwrap();
+    assert_eq!(found.tvm_version, TVM_VERSION);
     for dir in &found.runtime_library_dirs {
         assert!(
             dir.starts_with(&managed),

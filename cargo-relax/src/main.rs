@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use clap::{Args, Parser, Subcommand};
-use relax_build::{ArtifactSource, Config, Prepared};
+use relax_build::tooling::{self, ArtifactSource, Prepared};
+use relax_build::Config;
 
 #[derive(Parser)]
 #[command(
@@ -125,14 +126,27 @@ fn run(command: Command_) -> Result<ExitCode, String> {
             check,
         } => {
             let manifest_dir = package.select()?.manifest_dir;
-            let targets = if targets.is_empty() {
-                vec![host_triple()?]
-            } else {
-                targets
-            };
             if check {
+                // Without --target: every target that has prepared artifacts (and the host).
+                let targets = if targets.is_empty() {
+                    let mut found =
+                        tooling::prepared_targets(&config(&manifest_dir, &host_triple()?)?)
+                            .map_err(|error| error.to_string())?;
+                    let host = host_triple()?;
+                    if !found.contains(&host) {
+                        found.insert(0, host);
+                    }
+                    found
+                } else {
+                    targets
+                };
                 check_prepared(&manifest_dir, &targets)
             } else {
+                let targets = if targets.is_empty() {
+                    vec![host_triple()?]
+                } else {
+                    targets
+                };
                 prepare(&manifest_dir, &targets)
             }
         }
@@ -147,8 +161,7 @@ fn run(command: Command_) -> Result<ExitCode, String> {
                 Some(target) => target,
                 None => host_triple()?,
             };
-            let dirs = config(&manifest_dir, &target)?
-                .tune(model.as_deref(), trials)
+            let dirs = tooling::tune(&config(&manifest_dir, &target)?, model.as_deref(), trials)
                 .map_err(|error| error.to_string())?;
             for dir in dirs {
                 println!("tuning records: {}", dir.display());
@@ -171,9 +184,7 @@ fn run(command: Command_) -> Result<ExitCode, String> {
             out,
         } => bundle(&package.select()?, target, release, bin, out),
         Command_::Clean => {
-            let cache = Config::new()
-                .cargo_directives(false)
-                .cache()
+            let cache = tooling::cache(&Config::new().cargo_directives(false))
                 .map_err(|error| error.to_string())?;
             let size = cache.size();
             cache.clean().map_err(|error| error.to_string())?;
@@ -193,9 +204,8 @@ fn config(manifest_dir: &Path, target: &str) -> Result<Config, String> {
 
 fn prepare(manifest_dir: &Path, targets: &[String]) -> Result<ExitCode, String> {
     for target in targets {
-        let prepared = config(manifest_dir, target)?
-            .prepare()
-            .map_err(|error| error.to_string())?;
+        let prepared =
+            tooling::prepare(&config(manifest_dir, target)?).map_err(|error| error.to_string())?;
         for model in prepared {
             let how = match model.source {
                 ArtifactSource::Cache => "from the cache",
@@ -212,40 +222,37 @@ fn prepare(manifest_dir: &Path, targets: &[String]) -> Result<ExitCode, String> 
 }
 
 fn check_prepared(manifest_dir: &Path, targets: &[String]) -> Result<ExitCode, String> {
-    let mut stale = Vec::new();
+    let mut stale_models = 0;
+    let mut stale_targets: Vec<&String> = Vec::new();
     for target in targets {
-        for (model, state) in config(manifest_dir, target)?
-            .check_prepared()
+        for (model, state) in tooling::check_prepared(&config(manifest_dir, target)?)
             .map_err(|error| error.to_string())?
         {
-            match state {
-                Prepared::Fresh(_) => println!("ok     `{model}` ({target})"),
-                Prepared::Missing => {
-                    println!("stale  `{model}` ({target}): not prepared");
-                    stale.push(target.clone());
+            let problem = match state {
+                Prepared::Fresh(_) => {
+                    println!("ok     `{model}` ({target})");
+                    continue;
                 }
-                Prepared::Stale(changes) => {
-                    println!("stale  `{model}` ({target}): {}", changes.join(", "));
-                    stale.push(target.clone());
-                }
-                Prepared::Tampered(reason) => {
-                    println!("stale  `{model}` ({target}): refused, {reason}");
-                    stale.push(target.clone());
-                }
+                Prepared::Missing => "not prepared".to_string(),
+                Prepared::Stale(changes) => changes.join(", "),
+                Prepared::Tampered(reason) => format!("refused, {reason}"),
+            };
+            println!("stale  `{model}` ({target}): {problem}");
+            stale_models += 1;
+            if !stale_targets.contains(&target) {
+                stale_targets.push(target);
             }
         }
     }
-    if stale.is_empty() {
+    if stale_models == 0 {
         return Ok(ExitCode::SUCCESS);
     }
-    stale.dedup();
-    let targets: String = stale
+    let flags: String = stale_targets
         .iter()
         .map(|target| format!(" --target {target}"))
         .collect();
     eprintln!(
-        "error: {} prepared artifact(s) do not match the current sources and settings; run `cargo relax prepare --manifest-path {}{targets}` and commit {}",
-        stale.len(),
+        "error: {stale_models} prepared artifact(s) do not match the current sources and settings; run `cargo relax prepare --manifest-path {}{flags}` and commit {}",
         manifest_dir.join("Cargo.toml").display(),
         manifest_dir.join(".relax").display()
     );
@@ -254,8 +261,8 @@ fn check_prepared(manifest_dir: &Path, targets: &[String]) -> Result<ExitCode, S
 
 fn info(manifest_dir: &Path, target: &str) -> Result<ExitCode, String> {
     let config = config(manifest_dir, target)?;
-    let cache = config.cache().map_err(|error| error.to_string())?;
-    let (toolchain, models) = config.status().map_err(|error| error.to_string())?;
+    let cache = tooling::cache(&config).map_err(|error| error.to_string())?;
+    let (toolchain, models) = tooling::status(&config).map_err(|error| error.to_string())?;
     match &toolchain {
         Some(toolchain) => println!(
             "toolchain: {} ({}), apache-tvm {}, build {}",
@@ -423,66 +430,105 @@ fn bundle(
             package.name
         ));
     }
-    let runtime_dirs = config(&package.manifest_dir, &target)?
-        .runtime_library_dirs()
+    let runtime_dirs = tooling::runtime_library_dirs(&config(&package.manifest_dir, &target)?)
         .map_err(|error| error.to_string())?;
-    let bundle_dir = out
-        .unwrap_or_else(|| package.workspace_root.join("dist"))
-        .join(format!("{bin}-{target}"));
-    if bundle_dir.exists() {
-        std::fs::remove_dir_all(&bundle_dir)
-            .map_err(|error| format!("removing {}: {error}", bundle_dir.display()))?;
-    }
-    std::fs::create_dir_all(&bundle_dir)
-        .map_err(|error| format!("creating {}: {error}", bundle_dir.display()))?;
-    let mut files = vec![(executable.clone(), bundle_dir.join(&bin))];
+    let mut files = vec![(executable.clone(), bin.clone())];
     for library in ["libtvm_ffi.so", "libtvm_runtime.so"] {
         let source = runtime_dirs
             .iter()
             .map(|dir| dir.join(library))
             .find(|path| path.is_file())
-            .ok_or_else(|| format!("no {library} for {target} in {:?}", runtime_dirs))?;
-        files.push((source, bundle_dir.join(library)));
+            .ok_or_else(|| missing_runtime(library, &target, &runtime_dirs))?;
+        files.push((source, library.to_string()));
     }
-    let expected = relax_build::target::elf_machine(&target);
-    let mut total = 0;
-    for (source, destination) in &files {
-        let bytes = std::fs::read(source)
-            .map_err(|error| format!("reading {}: {error}", source.display()))?;
-        if let (Some((machine, name)), Some(found)) =
-            (expected, relax_build::target::read_elf_machine(&bytes))
-        {
-            if found != machine {
-                return Err(format!(
-                    "{} is {} code, but {target} needs {name}",
-                    source.display(),
-                    relax_build::target::elf_machine_name(found)
-                ));
-            }
+    let bundle_dir = out
+        .unwrap_or_else(|| package.workspace_root.join("dist"))
+        .join(format!("{bin}-{target}"));
+    // Made under a temporary name and renamed when complete: a failure leaves nothing.
+    let partial = bundle_dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    std::fs::create_dir_all(&partial)
+        .map_err(|error| format!("creating {}: {error}", partial.display()))?;
+    let copied = copy_bundle(&files, &partial, &target).and_then(|total| {
+        std::fs::write(partial.join("README.md"), bundle_readme(&bin, &target))
+            .map_err(|error| error.to_string())?;
+        if bundle_dir.exists() {
+            std::fs::remove_dir_all(&bundle_dir)
+                .map_err(|error| format!("removing {}: {error}", bundle_dir.display()))?;
         }
-        std::fs::copy(source, destination)
-            .map_err(|error| format!("copying {}: {error}", source.display()))?;
-        total += bytes.len() as u64;
-    }
-    std::fs::write(bundle_dir.join("README.md"), bundle_readme(&bin, &target))
-        .map_err(|error| error.to_string())?;
+        std::fs::rename(&partial, &bundle_dir)
+            .map_err(|error| format!("renaming into {}: {error}", bundle_dir.display()))?;
+        Ok(total)
+    });
+    let total = match copied {
+        Ok(total) => total,
+        Err(message) => {
+            let _ = std::fs::remove_dir_all(&partial);
+            return Err(message);
+        }
+    };
     println!(
         "bundled {} ({}) in {}",
         bin,
         human_size(total),
         bundle_dir.display()
     );
-    for (_, destination) in &files {
-        let size = std::fs::metadata(destination)
+    for (_, name) in &files {
+        let size = std::fs::metadata(bundle_dir.join(name))
             .map(|metadata| metadata.len())
             .unwrap_or(0);
-        println!(
-            "  {:<20} {}",
-            destination.file_name().unwrap().to_string_lossy(),
-            human_size(size)
-        );
+        println!("  {name:<20} {}", human_size(size));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Copies `files` (source, name) into `dir`, checking each one's ELF machine; returns
+/// the total size.
+fn copy_bundle(files: &[(PathBuf, String)], dir: &Path, target: &str) -> Result<u64, String> {
+    let expected = tooling::target_machine(target);
+    let mut total = 0;
+    for (source, name) in files {
+        let bytes = std::fs::read(source)
+            .map_err(|error| format!("reading {}: {error}", source.display()))?;
+        if let (Some((machine, machine_name)), Some(found)) =
+            (expected, tooling::machine_of(&bytes))
+        {
+            if found != machine {
+                return Err(format!(
+                    "{} is {} code, but {target} needs {machine_name}",
+                    source.display(),
+                    tooling::machine_name(found)
+                ));
+            }
+        }
+        // `copy` keeps the executable's permissions.
+        std::fs::copy(source, dir.join(name))
+            .map_err(|error| format!("copying {}: {error}", source.display()))?;
+        total += bytes.len() as u64;
+    }
+    Ok(total)
+}
+
+/// What to do when the runtime libraries for `target` are nowhere this build can see.
+fn missing_runtime(library: &str, target: &str, searched: &[PathBuf]) -> String {
+    let searched = if searched.is_empty() {
+        "no folder is known (no TVM toolchain was found or probed, and nothing is prepared)"
+            .to_string()
+    } else {
+        format!(
+            "searched {}",
+            searched
+                .iter()
+                .map(|dir| dir.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    format!(
+        "cannot bundle: {library} for {target} was not found ({searched}).
+         Fix: run `cargo relax prepare --target {target}` (it provisions TVM if needed and keeps the          runtime libraries in .relax/runtime/{target}/), or set {} to a folder holding libtvm_ffi.so and          libtvm_runtime.so built for {target}",
+        format_args!("RELAX_RUNTIME_DIR_{}", target.replace('-', "_").to_ascii_uppercase())
+    )
 }
 
 fn bundle_readme(bin: &str, target: &str) -> String {

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use relax_runtime::{Function, Tensor, VirtualMachine};
+use relax_runtime::{Session, Tensor};
 use serde_json::{json, Value};
 
 relax_runtime::include_model!("mlp_b1");
@@ -32,8 +32,8 @@ struct Case {
     onnx: &'static str,
     inputs: &'static [(&'static str, &'static [usize])],
     flops: f64,
-    tuned: VirtualMachine,
-    untuned: Option<VirtualMachine>,
+    tuned: Session,
+    untuned: Option<Session>,
 }
 
 /// How long to measure: at least `seconds` and `min_iterations` calls, but a slow case
@@ -74,39 +74,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             onnx: "models/mlp_b1.onnx",
             inputs: &[("x", &[1, 784])],
             flops: mlp_flops(1.0),
-            tuned: mlp_b1::Model::load()?.into_virtual_machine(),
-            untuned: Some(mlp_b1_untuned::Model::load()?.into_virtual_machine()),
+            tuned: mlp_b1::Model::load()?.into_session(),
+            untuned: Some(mlp_b1_untuned::Model::load()?.into_session()),
         },
         Case {
             name: "mlp_b64",
             onnx: "models/mlp_b64.onnx",
             inputs: &[("x", &[64, 784])],
             flops: mlp_flops(64.0),
-            tuned: mlp_b64::Model::load()?.into_virtual_machine(),
-            untuned: Some(mlp_b64_untuned::Model::load()?.into_virtual_machine()),
+            tuned: mlp_b64::Model::load()?.into_session(),
+            untuned: Some(mlp_b64_untuned::Model::load()?.into_session()),
         },
         Case {
             name: "cnn",
             onnx: "models/cnn.onnx",
             inputs: &[("x", &[1, 3, 224, 224])],
             flops: 2.0 * 16.0 * 3.0 * 9.0 * 224.0 * 224.0 + 2.0 * 16.0 * 10.0,
-            tuned: cnn::Model::load()?.into_virtual_machine(),
-            untuned: Some(cnn_untuned::Model::load()?.into_virtual_machine()),
+            tuned: cnn::Model::load()?.into_session(),
+            untuned: Some(cnn_untuned::Model::load()?.into_session()),
         },
         Case {
             name: "matmul",
             onnx: "models/matmul.onnx",
             inputs: &[("a", &[1024, 1024]), ("b", &[1024, 1024])],
             flops: 2.0 * 1024f64.powi(3),
-            tuned: matmul::Model::load()?.into_virtual_machine(),
-            untuned: Some(matmul_untuned::Model::load()?.into_virtual_machine()),
+            tuned: matmul::Model::load()?.into_session(),
+            untuned: Some(matmul_untuned::Model::load()?.into_session()),
         },
         Case {
             name: "add",
             onnx: "models/add.onnx",
             inputs: &[("a", &[1, 4]), ("b", &[1, 4])],
             flops: 4.0,
-            tuned: add::Model::load()?.into_virtual_machine(),
+            tuned: add::Model::load()?.into_session(),
             untuned: None,
         },
     ];
@@ -184,11 +184,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Median seconds of one call of `main` with seeded random inputs.
 fn median_call(
-    vm: &VirtualMachine,
+    session: &Session,
     case: &Case,
     timing: &Timing,
 ) -> Result<f64, Box<dyn std::error::Error>> {
-    let function: Function = vm.function("main")?;
+    let vm = session.virtual_machine()?;
+    let function = vm.function("main")?;
     let inputs: Vec<Tensor> = case
         .inputs
         .iter()

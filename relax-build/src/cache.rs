@@ -3,136 +3,58 @@
 //! ```text
 //! $RELAX_CACHE_DIR/                  (default: $XDG_CACHE_HOME/relax-cargo/cache, else ~/.cache/relax-cargo/cache)
 //!   entries/<cache key>/             library.so, signature.json, weights.safetensors?, manifest.json
-//!   entries/<cache key>.lock         held while the entry is being made
-//!   tmp/                             entries being written; renamed into entries/ when complete
+//!   entries/<cache key>.lock         held while the entry is being made (removed after)
+//!   tmp/<cache key>.<pid>.<ns>/      entries being written; renamed into entries/ when complete
+//!   files/<sha256>                   fetched files (see crate::fetched), verified on every use
 //!   probes/                          cached toolchain probes (by interpreter path)
-//!   drivers/<sha256>.py              the compile driver, as run
+//!   drivers/<fingerprint>/           the compile driver, as run
 //! ```
 //!
-//! `manifest.json` records the key, its labeled inputs and the sha256 of every artifact;
-//! an entry whose files do not match it (truncated, edited) is reported and rebuilt.
-//! The same manifest format describes prepared artifacts (see [`crate::prepared`]).
+//! `manifest.json` records the key, its labeled inputs and the sha256 of every artifact
+//! (see [`crate::artifacts`]); an entry whose files do not match it (truncated, edited)
+//! is reported and rebuilt. A temporary folder left by a killed build is removed by the
+//! next build that finds its process gone.
 
-use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-use crate::cargo;
+use crate::artifacts::{self, ArtifactManifest, MANIFEST};
+use crate::cargo::Cargo;
 use crate::env;
 use crate::error::{io, Error, Result};
-use crate::key::{sha256_bytes, sha256_file, KeyInputs};
-
-pub const LIBRARY: &str = "library.so";
-pub const SIGNATURE: &str = "signature.json";
-pub const WEIGHTS: &str = "weights.safetensors";
-pub const MANIFEST: &str = "manifest.json";
-
-/// What a folder of artifacts holds and what made it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ArtifactManifest {
-    pub model: String,
-    /// The Cargo target triple.
-    pub target: String,
-    pub input_key: String,
-    pub cache_key: String,
-    pub inputs: KeyInputs,
-    pub tvm_version: String,
-    pub toolchain_hash: String,
-    /// File name -> sha256 of every artifact.
-    pub artifacts: BTreeMap<String, String>,
-}
-
-impl ArtifactManifest {
-    pub fn has_weights(&self) -> bool {
-        self.artifacts.contains_key(WEIGHTS)
-    }
-}
-
-/// Reads `dir/manifest.json` and checks every artifact against its sha256.
-/// The error says what is wrong, for a message.
-pub fn verify(dir: &Path) -> std::result::Result<ArtifactManifest, String> {
-    let text = std::fs::read(dir.join(MANIFEST))
-        .map_err(|error| format!("{MANIFEST} is unreadable ({error})"))?;
-    let manifest: ArtifactManifest = serde_json::from_slice(&text)
-        .map_err(|error| format!("{MANIFEST} is not valid ({error})"))?;
-    for required in [LIBRARY, SIGNATURE] {
-        if !manifest.artifacts.contains_key(required) {
-            return Err(format!("{MANIFEST} lists no {required}"));
-        }
-    }
-    for (file, expected) in &manifest.artifacts {
-        let actual = sha256_file(&dir.join(file)).map_err(|_| format!("{file} is missing"))?;
-        if &actual != expected {
-            return Err(format!("{file} does not match its recorded sha256"));
-        }
-    }
-    Ok(manifest)
-}
-
-/// The sha256 of each artifact present in `dir`.
-pub fn hash_artifacts(dir: &Path) -> Result<BTreeMap<String, String>> {
-    let mut artifacts = BTreeMap::new();
-    for file in [LIBRARY, SIGNATURE, WEIGHTS] {
-        let path = dir.join(file);
-        if path.is_file() {
-            artifacts.insert(file.to_string(), sha256_file(&path)?);
-        }
-    }
-    Ok(artifacts)
-}
-
-/// Copies the artifacts listed in `manifest` from `from` into `to`; with `link`, hard
-/// links where the file system allows (for OUT_DIR, which nothing edits in place).
-pub fn copy_artifacts(
-    from: &Path,
-    manifest: &ArtifactManifest,
-    to: &Path,
-    link: bool,
-) -> Result<()> {
-    std::fs::create_dir_all(to).map_err(io(format!("creating {}", to.display())))?;
-    for file in manifest.artifacts.keys() {
-        let source = from.join(file);
-        let destination = to.join(file);
-        let temporary = to.join(format!("{file}.tmp"));
-        let _ = std::fs::remove_file(&temporary);
-        if !link || std::fs::hard_link(&source, &temporary).is_err() {
-            std::fs::copy(&source, &temporary).map_err(io(format!(
-                "copying {} to {}",
-                source.display(),
-                temporary.display()
-            )))?;
-        }
-        std::fs::rename(&temporary, &destination)
-            .map_err(io(format!("renaming {} into place", destination.display())))?;
-    }
-    Ok(())
-}
+use crate::files::{self, LockFile};
 
 /// The cache folder shared by all apps and profiles.
 #[derive(Debug, Clone)]
 pub struct Cache {
     root: PathBuf,
+    cargo: Cargo,
 }
 
 impl Cache {
-    pub fn new(root: impl Into<PathBuf>) -> Cache {
-        Cache { root: root.into() }
+    /// The cache in `root`; `cargo` reports corrupted entries.
+    pub fn new(root: impl Into<PathBuf>, cargo: Cargo) -> Cache {
+        Cache {
+            root: root.into(),
+            cargo,
+        }
     }
 
     /// `RELAX_CACHE_DIR`, else `$XDG_CACHE_HOME/relax-cargo/cache`, else `~/.cache/relax-cargo/cache`.
-    pub fn default_root() -> Result<PathBuf> {
-        if let Some(dir) = env::var(env::CACHE_DIR) {
+    pub fn default_root(cargo: Cargo) -> Result<PathBuf> {
+        if let Some(dir) = env::var(cargo, env::CACHE_DIR) {
             return Ok(PathBuf::from(dir));
         }
-        Ok(env::user_cache_dir()?.join("relax-cargo").join("cache"))
+        Ok(env::user_cache_dir(cargo)?
+            .join("relax-cargo")
+            .join("cache"))
     }
 
+    /// The cache's folder.
     pub fn root(&self) -> &Path {
         &self.root
     }
 
+    /// The folder of the entry of `cache_key` (which may not exist).
     pub fn entry_dir(&self, cache_key: &str) -> PathBuf {
         self.root.join("entries").join(cache_key)
     }
@@ -143,7 +65,7 @@ impl Cache {
         if !dir.exists() {
             return Ok(None);
         }
-        match verify(&dir) {
+        match artifacts::verify(&dir) {
             Ok(manifest) if manifest.cache_key == cache_key => Ok(Some(manifest)),
             Ok(_) => Ok(self.discard(&dir, "its manifest names another key")),
             Err(reason) => Ok(self.discard(&dir, &reason)),
@@ -151,7 +73,7 @@ impl Cache {
     }
 
     fn discard(&self, dir: &Path, reason: &str) -> Option<ArtifactManifest> {
-        cargo::warning(&format!(
+        self.cargo.warning(&format!(
             "relax-build: cache entry {} is corrupted ({reason}); removing it and compiling again",
             dir.display()
         ));
@@ -174,18 +96,14 @@ impl Cache {
         }
         let entries = self.root.join("entries");
         std::fs::create_dir_all(&entries).map_err(io(format!("creating {}", entries.display())))?;
-        let lock_path = entries.join(format!("{cache_key}.lock"));
-        let lock =
-            File::create(&lock_path).map_err(io(format!("creating {}", lock_path.display())))?;
-        lock.lock()
-            .map_err(io(format!("locking {}", lock_path.display())))?;
+        let _lock = LockFile::acquire(&entries.join(format!("{cache_key}.lock")), || {})?;
         if let Some(manifest) = self.get(cache_key)? {
             return Ok(manifest);
         }
+        self.remove_abandoned_temporaries();
         let temporary = self.temporary_dir(cache_key)?;
         let result = build(&temporary).and_then(|manifest| {
-            let text = serde_json::to_string_pretty(&manifest).expect("manifests serialize");
-            std::fs::write(temporary.join(MANIFEST), text)
+            std::fs::write(temporary.join(MANIFEST), manifest.to_json())
                 .map_err(io("writing a cache manifest"))?;
             let dir = self.entry_dir(cache_key);
             std::fs::rename(&temporary, &dir).map_err(io(format!(
@@ -203,32 +121,44 @@ impl Cache {
     fn temporary_dir(&self, cache_key: &str) -> Result<PathBuf> {
         let parent = self.root.join("tmp");
         std::fs::create_dir_all(&parent).map_err(io(format!("creating {}", parent.display())))?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.subsec_nanos());
-        let dir = parent.join(format!("{cache_key}.{}.{nanos}", std::process::id()));
+        let dir = parent.join(format!("{cache_key}.{}", files::unique_suffix()));
         std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
         Ok(dir)
     }
 
-    /// The compile driver written into the cache (once per driver version).
-    pub fn driver(&self) -> Result<PathBuf> {
-        let source = crate::compile::DRIVER_SOURCE;
-        let dir = self.root.join("drivers");
-        let path = dir.join(format!("{}.py", &sha256_bytes(source.as_bytes())[..16]));
-        if !path.is_file() {
-            std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-            crate::compile::write_atomically(&path, source.as_bytes())?;
+    /// Removes `tmp/<key>.<pid>.<ns>` folders whose process no longer runs (a killed
+    /// build); folders of running processes are left alone.
+    pub fn remove_abandoned_temporaries(&self) {
+        let Ok(entries) = std::fs::read_dir(self.root.join("tmp")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .split('.')
+                .nth(1)
+                .and_then(|pid| pid.parse::<u32>().ok());
+            if let Some(pid) = pid {
+                if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
         }
-        Ok(path)
     }
 
-    /// Where the probe of an interpreter is cached.
-    pub fn probe_path(&self, python: &Path) -> PathBuf {
-        let name = sha256_bytes(python.as_os_str().as_encoded_bytes());
-        self.root
-            .join("probes")
-            .join(format!("{}.json", &name[..16]))
+    /// Where the compile driver is installed (see [`crate::driver::install`]).
+    pub fn drivers_dir(&self) -> PathBuf {
+        self.root.join("drivers")
+    }
+
+    /// Where toolchain probes are cached (see [`crate::toolchain`]).
+    pub fn probes_dir(&self) -> PathBuf {
+        self.root.join("probes")
+    }
+
+    /// Where fetched files are kept, by sha256 (see [`crate::fetched`]).
+    pub fn files_dir(&self) -> PathBuf {
+        self.root.join("files")
     }
 
     /// Total size of the cache in bytes.
@@ -251,5 +181,44 @@ impl Cache {
             }),
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_build_leaves_no_lock_and_no_temporary_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = Cache::new(root.path(), Cargo::TOOL);
+        let result = cache.get_or_insert("k", |dir| {
+            std::fs::write(dir.join("library.so"), b"half").unwrap();
+            Err(Error::Toolchain {
+                message: "the compile failed".to_string(),
+            })
+        });
+        assert!(result.is_err());
+        let left: Vec<_> = walkdir::WalkDir::new(root.path())
+            .into_iter()
+            .map(|entry| entry.unwrap().path().to_path_buf())
+            .filter(|path| path.is_file())
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+
+    #[test]
+    fn folders_of_killed_builds_are_removed_and_running_ones_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = Cache::new(root.path(), Cargo::TOOL);
+        let tmp = root.path().join("tmp");
+        // PID 0 never names a user process; our own parent is alive.
+        let dead = tmp.join("key.0.123");
+        let alive = tmp.join(format!("key.{}.456", std::os::unix::process::parent_id()));
+        std::fs::create_dir_all(&dead).unwrap();
+        std::fs::create_dir_all(&alive).unwrap();
+        cache.remove_abandoned_temporaries();
+        assert!(!dead.exists());
+        assert!(alive.exists());
     }
 }

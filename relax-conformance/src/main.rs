@@ -18,10 +18,9 @@ mod onnx_tensor;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use relax_build::metadata::Model;
+use relax_build::tooling::{self, Model, StandaloneModel};
 use relax_build::{Config, Error as BuildError};
-use relax_runtime::signature::{Dim, FunctionSignature, ModelSignature, TensorSignature};
-use relax_runtime::{DType, Device, Output, Tensor, VirtualMachine};
+use relax_runtime::{DType, Device, Output, Session, Tensor};
 
 const RELATIVE_TOLERANCE: f64 = 1e-3;
 const ABSOLUTE_TOLERANCE: f64 = 1e-5;
@@ -102,19 +101,16 @@ fn main() -> ExitCode {
         .cargo_directives(false)
         .target(env!("RELAX_CONFORMANCE_HOST"))
         .host(env!("RELAX_CONFORMANCE_HOST"));
-    let runtime_dirs = match runtime_library_dirs(&config) {
-        Ok(dirs) => dirs,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
-        }
-    };
+    if let Err(message) = use_toolchain_runtime(&config) {
+        eprintln!("error: {message}");
+        return ExitCode::from(2);
+    }
 
     let (mut passed, mut failed, mut unsupported) = (Vec::new(), Vec::new(), Vec::new());
     for case in &cases {
         let name = case.file_name().unwrap().to_string_lossy().into_owned();
         let out_dir = out_root.path().join(&name);
-        match run_case(&config.clone().out_dir(&out_dir), case, runtime_dirs) {
+        match run_case(&config.clone().out_dir(&out_dir), case) {
             Outcome::Pass => {
                 println!("PASS {name}");
                 passed.push(name);
@@ -202,54 +198,70 @@ fn check_expected(path: &Path, passed: &[String]) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// The folders of the toolchain's TVM runtime libraries, `:`-separated, for the VM loader.
-fn runtime_library_dirs(config: &Config) -> Result<&'static str, String> {
-    let cache = config.cache().map_err(|error| error.to_string())?;
-    let toolchain = relax_build::toolchain::find_or_provision(None, &cache)
-        .map_err(|error| error.to_string())?;
-    let dirs: Vec<String> = toolchain
-        .runtime_library_dirs
-        .iter()
-        .map(|dir| dir.to_string_lossy().into_owned())
-        .collect();
-    Ok(dirs.join(":").leak())
+/// Points relax-runtime at the toolchain's TVM runtime libraries (unless
+/// `RELAX_RUNTIME_DIR` already names a folder).
+fn use_toolchain_runtime(config: &Config) -> Result<(), String> {
+    if std::env::var_os(relax_runtime::RUNTIME_DIR_VARIABLE).is_some_and(|dir| !dir.is_empty()) {
+        return Ok(());
+    }
+    let toolchain = tooling::toolchain(config).map_err(|error| error.to_string())?;
+    let dir =
+        std::env::temp_dir().join(format!("relax-conformance-runtime-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|error| error.to_string())?;
+    for library in ["libtvm_ffi.so", "libtvm_runtime.so"] {
+        let source = toolchain
+            .runtime_library_dirs
+            .iter()
+            .map(|found| found.join(library))
+            .find(|path| path.is_file())
+            .ok_or_else(|| format!("the toolchain has no {library}"))?;
+        let link = dir.join(library);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&source, &link).map_err(|error| error.to_string())?;
+    }
+    // Read once, when the runtime is loaded (before any model; this is single-threaded).
+    std::env::set_var(relax_runtime::RUNTIME_DIR_VARIABLE, &dir);
+    Ok(())
 }
 
-fn run_case(config: &Config, case: &Path, runtime_dirs: &'static str) -> Outcome {
+fn run_case(config: &Config, case: &Path) -> Outcome {
     let model = match Model::from_source("model", &case.join("model.onnx"), None) {
         Ok(model) => model,
         Err(error) => return Outcome::Fail(first_line(&error.to_string())),
     };
-    let compiled = match config.try_compile_model(&model) {
+    let compiled = match tooling::compile_model(config, &model) {
         Ok(compiled) => compiled,
-        Err(BuildError::UnsupportedOperator { operator, .. }) => {
-            return Outcome::Unsupported(operator)
+        Err(BuildError::UnsupportedOperator { operators, .. }) => {
+            return Outcome::Unsupported(operators.join(", "))
         }
         Err(error) => return Outcome::Fail(first_line(&error.to_string())),
     };
-    match run_compiled(&compiled, case, runtime_dirs) {
+    match run_compiled(&compiled, case) {
         Ok(()) => Outcome::Pass,
         Err(reason) => Outcome::Fail(reason),
     }
 }
 
-fn run_compiled(
-    compiled: &relax_build::CompiledModel,
-    case: &Path,
-    runtime_dirs: &'static str,
-) -> Result<(), String> {
-    let signature = leak_signature(&compiled.signature, runtime_dirs)?;
+fn run_compiled(standalone: &StandaloneModel, case: &Path) -> Result<(), String> {
+    let compiled = &standalone.compiled;
     let weights = match &compiled.weights {
         Some(path) => Some(std::fs::read(path).map_err(|error| error.to_string())?),
         None => None,
     };
-    let vm = VirtualMachine::load_file(
-        signature,
-        &compiled.library,
-        weights.as_deref(),
-        Device::cpu(),
-    )
+    // SAFETY: the library was just compiled by relax-build for this machine, with this
+    // signature, and nothing else writes to its temporary folder.
+    let session = unsafe {
+        Session::load_file(
+            &compiled.library,
+            &standalone.signature_json,
+            weights.as_deref(),
+            Device::cpu(),
+        )
+    }
     .map_err(|error| first_line(&error.to_string()))?;
+    let vm = session
+        .virtual_machine()
+        .map_err(|error| error.to_string())?;
     let function = vm.function("main").map_err(|error| error.to_string())?;
     let mut data_sets: Vec<PathBuf> = std::fs::read_dir(case)
         .map_err(|error| error.to_string())?
@@ -264,7 +276,7 @@ fn run_compiled(
         return Err("no test_data_set_* folder".to_string());
     }
     for data_set in data_sets {
-        let inputs = (0..function.signature().inputs.len())
+        let inputs = (0..function.input_count())
             .map(|index| onnx_tensor::read(&data_set.join(format!("input_{index}.pb"))))
             .collect::<Result<Vec<Tensor>, String>>()?;
         let references: Vec<&Tensor> = inputs.iter().collect();
@@ -335,55 +347,6 @@ fn compare(index: usize, actual: &Tensor, expected: &Tensor) -> Result<(), Strin
         }
     }
     Ok(())
-}
-
-/// A runtime signature for a model known only at run time (leaked: the runner loads
-/// each model once).
-fn leak_signature(
-    signature: &relax_build::signature::Signature,
-    runtime_dirs: &'static str,
-) -> Result<&'static ModelSignature, String> {
-    let tensors = |tensors: &[relax_build::signature::TensorType]| -> Result<&'static [TensorSignature], String> {
-        let converted = tensors
-            .iter()
-            .map(|tensor| {
-                let dtype = DType::parse(&tensor.dtype).ok_or_else(|| format!("dtype {} is not supported", tensor.dtype))?;
-                let shape: Vec<Dim> = tensor
-                    .shape
-                    .iter()
-                    .map(|dim| match dim {
-                        relax_build::signature::Dim::Static(size) => Dim::Static(*size),
-                        relax_build::signature::Dim::Symbolic(text) => Dim::Expression(text.clone().leak()),
-                    })
-                    .collect();
-                Ok(TensorSignature {
-                    name: tensor.name.clone().leak(),
-                    dtype,
-                    shape: shape.leak(),
-                })
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        Ok(converted.leak())
-    };
-    let functions = signature
-        .functions
-        .iter()
-        .map(|function| {
-            Ok(FunctionSignature {
-                name: function.name.clone().leak(),
-                inputs: tensors(&function.inputs)?,
-                weights: tensors(&function.weights)?,
-                outputs: tensors(&function.outputs)?,
-                returns_tuple: function.returns_tuple,
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    Ok(Box::leak(Box::new(ModelSignature {
-        name: signature.model.clone().leak(),
-        target: signature.target.clone().leak(),
-        functions: functions.leak(),
-        runtime_library_dirs: runtime_dirs,
-    })))
 }
 
 fn first_line(text: &str) -> String {

@@ -6,9 +6,13 @@ use crate::sys;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DeviceKind {
+    /// The host CPU.
     Cpu,
+    /// An NVIDIA GPU.
     Cuda,
+    /// A Vulkan device.
     Vulkan,
+    /// An Apple GPU.
     Metal,
     /// Any other DLPack device type, by its number.
     Other(u32),
@@ -39,7 +43,9 @@ impl DeviceKind {
 /// A device: a kind and an index among devices of that kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Device {
+    /// The kind of device.
     pub kind: DeviceKind,
+    /// Its index among the devices of its kind.
     pub id: i32,
 }
 

@@ -7,8 +7,11 @@ use crate::sys;
 /// A tensor element type: DLPack's type code, bit width and vector lanes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DType {
+    /// DLPack's type code (int, uint, float, bfloat, bool).
     pub code: u8,
+    /// Bits per lane.
     pub bits: u8,
+    /// Vector lanes (1 for scalars).
     pub lanes: u16,
 }
 
@@ -19,18 +22,31 @@ const BFLOAT: u8 = sys::DLDataTypeCode_kDLBfloat as u8;
 const BOOL: u8 = sys::DLDataTypeCode_kDLBool as u8;
 
 impl DType {
+    /// `float16`.
     pub const F16: DType = DType::scalar(FLOAT, 16);
+    /// `float32`.
     pub const F32: DType = DType::scalar(FLOAT, 32);
+    /// `float64`.
     pub const F64: DType = DType::scalar(FLOAT, 64);
+    /// `bfloat16`.
     pub const BF16: DType = DType::scalar(BFLOAT, 16);
+    /// `int8`.
     pub const I8: DType = DType::scalar(INT, 8);
+    /// `int16`.
     pub const I16: DType = DType::scalar(INT, 16);
+    /// `int32`.
     pub const I32: DType = DType::scalar(INT, 32);
+    /// `int64`.
     pub const I64: DType = DType::scalar(INT, 64);
+    /// `uint8`.
     pub const U8: DType = DType::scalar(UINT, 8);
+    /// `uint16`.
     pub const U16: DType = DType::scalar(UINT, 16);
+    /// `uint32`.
     pub const U32: DType = DType::scalar(UINT, 32);
+    /// `uint64`.
     pub const U64: DType = DType::scalar(UINT, 64);
+    /// `bool, one byte holding 0 or 1`.
     pub const BOOL: DType = DType::scalar(BOOL, 8);
 
     const fn scalar(code: u8, bits: u8) -> DType {
@@ -118,7 +134,11 @@ mod sealed {
 /// float16 and bfloat16 elements are `half::f16` / `half::bf16` with the `half` feature;
 /// without it, read and write their bits with [`Tensor::as_bytes`](crate::Tensor::as_bytes)
 /// and [`Tensor::from_bytes`](crate::Tensor::from_bytes).
+///
+/// Sealed: every implementation is plain data for which each bit pattern of its size
+/// is valid, except `bool`, whose tensors are checked to hold only 0 and 1.
 pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
+    /// The tensor element type of `Self`.
     const DTYPE: DType;
 }
 

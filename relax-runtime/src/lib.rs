@@ -1,9 +1,10 @@
-//! Run Apache TVM Relax models compiled by `relax-build`, through a typed VirtualMachine.
+//! Run Apache TVM Relax models compiled by [relax-build](https://docs.rs/relax-build),
+//! through a typed, thread-safe wrapper generated per model.
 //!
 //! # Tutorial
 //!
 //! Declare a model in the app's `Cargo.toml` and compile it from `build.rs` with
-//! `relax-build` (see its docs). Then, in the app:
+//! relax-build (see its docs). Then, in the app:
 //!
 //! ```ignore
 //! relax_runtime::include_model!("digits");          // defines `mod digits`
@@ -20,25 +21,31 @@
 //! ```
 //!
 //! Each Relax function becomes a method named in snake_case that takes one `&Tensor`
-//! per input and returns a `Tensor`, or a tuple of `Tensor`s when the function
-//! returns a tuple. Weights are bound by `Model::load()`, never passed by the caller.
-//! Inputs are checked against the compiled signature (dtype, rank, static dims, and
-//! symbolic dims that must agree across arguments) before the call reaches TVM.
+//! per input and returns a `Tensor`, or a tuple of `Tensor`s when the function returns
+//! a tuple. Weights are bound by `Model::load()`, never passed by the caller. Inputs are
+//! checked against the compiled signature (dtype, rank, static dims, and symbolic dims
+//! that must agree across arguments) before the call reaches TVM.
+//!
+//! # Threads and serving
+//!
+//! A generated `Model` (a [`Session`]) is `Send + Sync`: load it once, share it (in an
+//! `Arc` or a `static`), and call it from every thread. The library and the weights are
+//! loaded once; each call in flight gets a VM of its own from a pool. A
+//! [`VirtualMachine`] is one VM for one thread at a time (`Send`, not `Sync`).
 //!
 //! # Finding TVM's runtime libraries
 //!
 //! The compiled library of a model travels inside the executable. The two TVM runtime
 //! libraries it needs, `libtvm_ffi.so` and `libtvm_runtime.so`, are loaded once per
-//! process from the first folder that has them, in this order:
+//! process from the first folder that has them: `RELAX_RUNTIME_DIR`; the executable's
+//! folder (a bundle from `cargo relax bundle`); the copy relax-build made next to the
+//! build (`cargo run`, `cargo test`); the managed toolchain of relax-build
+//! (`RELAX_TOOLCHAIN_DIR`, else `~/.cache/relax-cargo/toolchains`). The executable
+//! holds no absolute path of the machine that built it.
 //!
-//! | where | when |
-//! |---|---|
-//! | `RELAX_RUNTIME_DIR` | when set: a folder holding both libraries |
-//! | the executable's folder | always (how a bundled app ships them) |
-//! | the toolchain that compiled the model | the folders relax-build recorded at build time |
-//!
-//! Each `load()` writes the embedded library to a private temporary file (in
-//! `TMPDIR`, default `/tmp`) that is deleted once TVM has loaded it.
+//! Nothing is written to disk at run time: a model's library is checked against the
+//! sha256 recorded at build time and loaded from an in-memory file, so models load on
+//! a read-only file system and with a `noexec` `/tmp`.
 //!
 //! # Element types
 //!
@@ -47,29 +54,48 @@
 //! `half::bf16` (bfloat16). Without it, float16/bfloat16 data is read and written as
 //! raw little-endian bits with [`Tensor::from_bytes`] and [`Tensor::as_bytes`].
 
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 #[allow(
     non_upper_case_globals,
     non_camel_case_types,
     non_snake_case,
     dead_code,
-    clippy::all
+    missing_docs,
+    unsafe_op_in_unsafe_fn,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
 )]
 mod sys;
 
+mod api;
 mod device;
 mod dtype;
 mod error;
 mod library;
+mod locate;
 mod object;
-pub mod signature;
+mod session;
 mod tensor;
 mod vm;
 mod weights;
 
+#[doc(hidden)]
+pub mod signature;
+
+/// What the code relax-build generates uses; not part of the API.
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+use __private as private;
+
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
-pub use library::RUNTIME_DIR_VARIABLE;
+pub use locate::RUNTIME_DIR_VARIABLE;
+pub use session::Session;
 pub use tensor::Tensor;
 pub use vm::{Function, Output, VirtualMachine};
 
@@ -78,9 +104,12 @@ pub use vm::{Function, Output, VirtualMachine};
 /// `include_model!("digits")` defines `mod digits` with a `Model` type whose methods
 /// are the model's functions. It must be used in the crate whose `build.rs` ran
 /// `relax_build::compile_models()`, since the module lives in that crate's `OUT_DIR`.
-#[macro_export]
-macro_rules! include_model {
-    ($model:literal) => {
-        include!(concat!(env!("OUT_DIR"), "/relax/", $model, ".rs"));
-    };
-}
+/// Without a build script, or with a name not declared in
+/// `[package.metadata.relax.models]`, it is a compile error that says what to do (and
+/// lists the declared models).
+///
+/// ```ignore
+/// relax_runtime::include_model!("digits");
+/// let model = digits::Model::load()?;
+/// ```
+pub use relax_runtime_macros::include_model;

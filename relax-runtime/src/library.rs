@@ -1,292 +1,316 @@
-//! Loading TVM's two runtime libraries and compiled model libraries.
+//! Loading compiled model libraries, without writing a file.
 //!
-//! `libtvm_ffi.so` (the C ABI) and `libtvm_runtime.so` (which registers the Relax
-//! executable loader and the VM builtins) are loaded once per process, with
-//! `RTLD_GLOBAL` so that model libraries resolve their TVM symbols against them.
-//! Each library is searched for in, in order:
-//!
-//! 1. `RELAX_RUNTIME_DIR`, when set;
-//! 2. the folder of the running executable;
-//! 3. the folders relax-build recorded for the toolchain that compiled the model.
+//! A library embedded by `include_model!` is checked against the sha256 relax-build
+//! recorded, and its ELF headers against its length and this machine, before anything
+//! of it is mapped. Its bytes then go to an in-memory file (`memfd_create`) that TVM's
+//! loader opens as `/proc/self/fd/<n>`; the file stays open, and the library loaded,
+//! for the life of the process, so a descriptor number is never reused for another
+//! library (the dynamic loader recognizes libraries by path). Each embedded library is
+//! loaded once per process however many models are loaded from it.
 
 use std::ffi::CString;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::object::{self, argument, Object, Value};
-use crate::sys;
+use crate::object::{self, argument, Callee, Object, Value, LOAD_SHARED_LIBRARY};
 
-/// Environment variable naming a folder that holds both TVM runtime libraries.
-pub const RUNTIME_DIR_VARIABLE: &str = "RELAX_RUNTIME_DIR";
-
-const FFI_LIBRARY: &str = "libtvm_ffi.so";
-const RUNTIME_LIBRARY: &str = "libtvm_runtime.so";
-
-/// The loaded TVM runtime: the C ABI and the global functions relax-runtime calls.
-pub(crate) struct Runtime {
-    pub(crate) api: sys::TvmFfiLibrary,
-    _runtime_library: libloading::Library,
-    pub(crate) load_shared_library: Object,
-    pub(crate) module_get_function: Object,
-    pub(crate) array_size: Object,
-    pub(crate) array_get_item: Object,
+/// A loaded model library (a TVM module holding the Relax VM executable).
+pub(crate) struct Library {
+    module: Object,
+    /// Where it came from, for messages (`the library embedded for model `m``, a path).
+    pub(crate) origin: String,
+    /// The in-memory file it was loaded from, kept open (see the module docs).
+    _memory_file: Option<File>,
+    /// VMs are made from the library one at a time.
+    creating: Mutex<()>,
 }
 
-static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-static LOADING: Mutex<()> = Mutex::new(());
+// SAFETY: the library module is immutable once loaded; relax-runtime only looks up and
+// calls `vm_load_executable` on it, under `creating`, so no two threads use it at once.
+unsafe impl Send for Library {}
+// SAFETY: as above: every use goes through `create_vm`, serialized by `creating`.
+unsafe impl Sync for Library {}
 
-impl Runtime {
-    /// The runtime, loading it on first use from the folders described in the module docs.
-    ///
-    /// `recorded_dirs` are the `:`-separated folders relax-build recorded at build time (searched last).
-    pub(crate) fn get_or_load(recorded_dirs: &str) -> Result<&'static Runtime> {
-        if let Some(runtime) = RUNTIME.get() {
-            return Ok(runtime);
-        }
-        let _guard = LOADING
+impl Library {
+    /// Makes a new VM module from the library's executable.
+    pub(crate) fn create_vm(&self, model: &str) -> Result<Object> {
+        let _guard = self
+            .creating
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(runtime) = RUNTIME.get() {
-            return Ok(runtime);
-        }
-        let dirs = search_dirs(recorded_dirs);
-        let runtime = Runtime::load(&dirs)?;
-        Ok(RUNTIME.get_or_init(|| runtime))
-    }
-
-    /// The runtime, which must already be loaded (every [`Object`] implies it is).
-    pub(crate) fn loaded() -> &'static Runtime {
-        RUNTIME
-            .get()
-            .expect("the TVM runtime is loaded before any TVM object exists")
-    }
-
-    fn load(dirs: &[PathBuf]) -> Result<Runtime> {
-        let ffi_path = find_library(FFI_LIBRARY, dirs)?;
-        let runtime_path = find_library(RUNTIME_LIBRARY, dirs)?;
-        let ffi_library = open_global(&ffi_path)?;
-        // SAFETY: libtvm_ffi.so exports the C ABI that the bindings were generated from.
-        let api = unsafe { sys::TvmFfiLibrary::from_library(ffi_library) }.map_err(|error| {
-            Error::LibraryLoad {
-                path: ffi_path.clone(),
-                message: format!(
-                    "it lacks a tvm-ffi C ABI symbol ({error}); is it apache-tvm-ffi 0.1.x?"
-                ),
-            }
-        })?;
-        // libtvm_runtime.so needs libtvm_ffi.so, which the loader now finds by its soname.
-        let runtime_library = open_global(&runtime_path)?;
-        let handles = [
-            "ffi.Module.load_from_file.so",
-            "ffi.ModuleGetFunction",
-            "ffi.ArraySize",
-            "ffi.ArrayGetItem",
-        ]
-        .map(|name| global_function_handle(&api, name));
-        // Objects are made only once every lookup succeeded: dropping one needs a
-        // published runtime, and on failure the few found handles are simply leaked.
-        let [load_shared_library, module_get_function, array_size, array_get_item] =
-            handles.map(|handle| handle.map(|handle| unsafe { Object::from_owned(handle) }));
-        Ok(Runtime {
-            api,
-            _runtime_library: runtime_library,
-            load_shared_library: load_shared_library?.expect("non-null"),
-            module_get_function: module_get_function?.expect("non-null"),
-            array_size: array_size?.expect("non-null"),
-            array_get_item: array_get_item?.expect("non-null"),
-        })
-    }
-
-    /// Looks up a method of a module (`vm_load_executable`, a Relax function, ...).
-    pub(crate) fn module_function(&self, module: &Object, name: &str) -> Result<Option<Object>> {
-        let name_c = CString::new(name).expect("function names have no NUL byte");
-        let mut arguments = [
-            module.as_argument(),
-            argument::str(&name_c),
-            argument::bool(true),
-        ];
-        match object::call(&self.module_get_function, &mut arguments, || {
-            format!("looking up function `{name}`")
-        })? {
-            Value::Object(function)
-                if function.type_index() == sys::TVMFFITypeIndex_kTVMFFIFunction =>
-            {
-                Ok(Some(function))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// Loads a compiled model library from its bytes.
-    ///
-    /// The bytes go to a new private temporary file (random name, mode 0600) that is
-    /// deleted as soon as TVM has loaded it. Every load gets its own path: the dynamic
-    /// loader returns an already loaded library when a path repeats, so reusing a name
-    /// (such as a recycled `/proc/self/fd/N` of an in-memory file) would hand a second
-    /// model the first one's code.
-    pub(crate) fn load_module_from_bytes(&self, model: &str, bytes: &[u8]) -> Result<Object> {
-        let file = temporary_library(model, bytes)?;
-        self.load_module_from_file(model, file.path())
-    }
-
-    /// Loads a compiled model library from a file.
-    pub(crate) fn load_module_from_file(&self, model: &str, path: &Path) -> Result<Object> {
-        let path_c =
-            CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Error::LibraryLoad {
-                path: path.to_path_buf(),
-                message: "the path contains a NUL byte".to_string(),
+        let load_executable = object::module_function(&self.module, "vm_load_executable")?
+            .ok_or_else(|| Error::LibraryLoad {
+                path: PathBuf::from(&self.origin),
+                message: "it is not a Relax VM executable (it has no `vm_load_executable`)"
+                    .to_string(),
             })?;
-        let mut arguments = [argument::str(&path_c), argument::str(c"so")];
-        match object::call(&self.load_shared_library, &mut arguments, || {
-            format!(
-                "loading the library of model `{model}` from {}",
-                path.display()
-            )
+        match object::call(Callee::Object(&load_executable), &mut [], || {
+            format!("creating a VM of model `{model}`")
         })? {
-            Value::Object(module) => Ok(module),
-            other => Err(Error::LibraryLoad {
-                path: path.to_path_buf(),
-                message: format!("TVM returned {} instead of a module", other.describe()),
+            Value::Object(vm) => Ok(vm),
+            other => Err(Error::UnexpectedOutput {
+                model: model.to_string(),
+                function: "vm_load_executable".to_string(),
+                expected: "a VM module".to_string(),
+                found: other.describe(),
             }),
         }
     }
-
-    /// The items of a tvm-ffi array (a Relax tuple).
-    pub(crate) fn array_items(&self, array: &Object) -> Result<Vec<Value>> {
-        let context = || "reading a tuple returned by a model".to_string();
-        let size = match object::call(&self.array_size, &mut [array.as_argument()], context)? {
-            Value::Int(size) => size,
-            other => {
-                return Err(Error::Tvm {
-                    kind: "TypeError".to_string(),
-                    message: format!("ffi.ArraySize returned {}", other.describe()),
-                    context: context(),
-                })
-            }
-        };
-        (0..size)
-            .map(|index| {
-                let mut arguments = [array.as_argument(), argument::int(index)];
-                object::call(&self.array_get_item, &mut arguments, context)
-            })
-            .collect()
-    }
 }
 
-/// An owned handle to a registered global function, looked up by name.
-fn global_function_handle(api: &sys::TvmFfiLibrary, name: &str) -> Result<sys::TVMFFIObjectHandle> {
-    let bytes = sys::TVMFFIByteArray {
-        data: name.as_ptr().cast(),
-        size: name.len(),
-    };
-    let mut handle: sys::TVMFFIObjectHandle = std::ptr::null_mut();
-    // SAFETY: `bytes` describes a live string; `handle` receives an owned function or null.
-    let status = unsafe { (api.TVMFFIFunctionGetGlobal)(&bytes, &mut handle) };
-    if status != 0 || handle.is_null() {
-        return Err(Error::LibraryLoad {
-            path: PathBuf::from(RUNTIME_LIBRARY),
+/// Libraries loaded from static bytes, by address and length.
+static EMBEDDED: Mutex<Vec<(usize, usize, Arc<Library>)>> = Mutex::new(Vec::new());
+
+/// Loads (once per process) a library embedded in the executable, after checking its
+/// sha256 and ELF headers.
+pub(crate) fn load_embedded(
+    model: &str,
+    bytes: &'static [u8],
+    sha256: &str,
+) -> Result<Arc<Library>> {
+    let mut loaded = EMBEDDED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let address = bytes.as_ptr() as usize;
+    if let Some((_, _, library)) = loaded
+        .iter()
+        .find(|(start, length, _)| *start == address && *length == bytes.len())
+    {
+        return Ok(Arc::clone(library));
+    }
+    let origin = format!("the library embedded for model `{model}`");
+    let found = hex(&Sha256::digest(bytes));
+    if found != sha256 {
+        return Err(Error::CorruptedLibrary {
+            model: model.to_string(),
             message: format!(
-                "TVM's global function `{name}` is not registered; \
-                 the runtime libraries do not match apache-tvm 0.27"
+                "{origin} has sha256 {found}, but relax-build recorded {sha256}: the executable is damaged; \
+                 build it again"
             ),
         });
     }
-    Ok(handle)
-}
-
-fn search_dirs(recorded_dirs: &str) -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(dir) = std::env::var_os(RUNTIME_DIR_VARIABLE) {
-        dirs.push(PathBuf::from(dir));
-    }
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf))
-    {
-        dirs.push(dir);
-    }
-    dirs.extend(
-        recorded_dirs
-            .split(':')
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from),
-    );
-    dirs
-}
-
-fn find_library(name: &'static str, dirs: &[PathBuf]) -> Result<PathBuf> {
-    dirs.iter()
-        .map(|dir| dir.join(name))
-        .find(|path| path.is_file())
-        .ok_or_else(|| Error::RuntimeNotFound {
-            library: name,
-            searched: dirs.to_vec(),
-        })
-}
-
-fn open_global(path: &Path) -> Result<libloading::Library> {
-    // SAFETY: loading TVM's libraries runs their static initializers, which only register functions.
-    let library = unsafe {
-        libloading::os::unix::Library::open(
-            Some(path),
-            libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
-        )
-    }
-    .map_err(|error| Error::LibraryLoad {
-        path: path.to_path_buf(),
-        message: error.to_string(),
+    check_elf(bytes, bytes.len() as u64).map_err(|message| Error::CorruptedLibrary {
+        model: model.to_string(),
+        message: format!("{origin} {message}"),
     })?;
-    Ok(library.into())
+    let memory_file = memory_file(model, bytes)?;
+    let path = format!("/proc/self/fd/{}", memory_file.as_raw_fd());
+    let module = load_module(model, Path::new(&path), &origin)?;
+    let library = Arc::new(Library {
+        module,
+        origin,
+        _memory_file: Some(memory_file),
+        creating: Mutex::new(()),
+    });
+    loaded.push((address, bytes.len(), Arc::clone(&library)));
+    Ok(library)
 }
 
-/// A private temporary file holding a model library; deleted on drop.
-fn temporary_library(model: &str, bytes: &[u8]) -> Result<tempfile::NamedTempFile> {
-    use std::io::Write;
+/// Loads a library from a file.
+///
+/// # Safety
+/// Loading a library runs its code: `path` must be a model library compiled by
+/// relax-build, for this machine, and not be modified while the process runs.
+pub(crate) unsafe fn load_file(model: &str, path: &Path) -> Result<Arc<Library>> {
+    // A bare name ("model.so") would be searched in the loader's folders, not here.
+    let path = std::path::absolute(path).map_err(|source| Error::Io {
+        context: format!("resolving {}", path.display()),
+        source,
+    })?;
+    let bytes = std::fs::read(&path).map_err(|source| Error::Io {
+        context: format!(
+            "reading the library of model `{model}` at {}",
+            path.display()
+        ),
+        source,
+    })?;
+    check_elf(&bytes, bytes.len() as u64).map_err(|message| Error::LibraryLoad {
+        path: path.clone(),
+        message,
+    })?;
+    let origin = path.display().to_string();
+    let module = load_module(model, &path, &origin)?;
+    Ok(Arc::new(Library {
+        module,
+        origin,
+        _memory_file: None,
+        creating: Mutex::new(()),
+    }))
+}
 
-    let io_error = |context: String| move |source| Error::Io { context, source };
-    let mut file = tempfile::Builder::new()
-        .prefix(&format!("relax-model-{model}-"))
-        .suffix(".so")
-        .tempfile()
-        .map_err(io_error(format!(
-            "creating a temporary file for the library of model `{model}`"
-        )))?;
-    file.write_all(bytes)
-        .and_then(|()| file.flush())
-        .map_err(io_error(format!(
-            "writing the library of model `{model}` to {}",
-            file.path().display()
-        )))?;
+fn load_module(model: &str, path: &Path, origin: &str) -> Result<Object> {
+    let path_c =
+        CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Error::LibraryLoad {
+            path: path.to_path_buf(),
+            message: "the path contains a NUL byte".to_string(),
+        })?;
+    let mut arguments = [argument::str(&path_c), argument::str(c"so")];
+    let loaded = object::call(Callee::Global(LOAD_SHARED_LIBRARY), &mut arguments, || {
+        format!("loading {origin}")
+    });
+    match loaded {
+        Ok(Value::Object(module)) => Ok(module),
+        Ok(other) => Err(Error::LibraryLoad {
+            path: PathBuf::from(origin),
+            message: format!("TVM returned {} instead of a module", other.describe()),
+        }),
+        Err(Error::Tvm { message, .. }) if message.contains("failed to map segment") => {
+            Err(Error::LibraryLoad {
+                path: PathBuf::from(origin),
+                message: format!(
+                    "the system refused to map its code ({message}); model `{model}` is loaded from an \
+                     in-memory file, which the kernel setting vm.memfd_noexec=2 forbids"
+                ),
+            })
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// An in-memory file holding `bytes`.
+fn memory_file(model: &str, bytes: &[u8]) -> Result<File> {
+    let name = CString::new(format!("relax-model-{model}")).expect("model names have no NUL byte");
+    // SAFETY: memfd_create takes a C string and flags; it returns a new descriptor or -1.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::Io {
+            context: format!("creating an in-memory file for the library of model `{model}`"),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    let mut file = unsafe { File::from_raw_fd(fd) };
+    file.write_all(bytes).map_err(|source| Error::Io {
+        context: format!("writing the library of model `{model}` to an in-memory file"),
+        source,
+    })?;
+    if !Path::new(&format!("/proc/self/fd/{fd}")).exists() {
+        return Err(Error::LibraryLoad {
+            path: PathBuf::from("/proc/self/fd"),
+            message: format!(
+                "model `{model}` is loaded from an in-memory file through /proc/self/fd, which is not \
+                 available (is /proc mounted?)"
+            ),
+        });
+    }
     Ok(file)
+}
+
+/// The ELF machine this process runs on.
+const MACHINE: u16 = if cfg!(target_arch = "x86_64") {
+    62
+} else if cfg!(target_arch = "aarch64") {
+    183
+} else {
+    0
+};
+
+fn machine_name(machine: u16) -> String {
+    match machine {
+        62 => "x86-64".to_string(),
+        183 => "AArch64".to_string(),
+        other => format!("ELF machine {other}"),
+    }
+}
+
+/// Checks that `bytes` (the first bytes of a file of `length` bytes, at least its
+/// headers) are a 64-bit little-endian ELF library for this machine whose segments
+/// all lie within the file, so that mapping it cannot fault on a truncated file.
+fn check_elf(bytes: &[u8], length: u64) -> std::result::Result<(), String> {
+    let u16_at = |at: usize| {
+        bytes
+            .get(at..at + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let u64_at = |at: usize| {
+        bytes
+            .get(at..at + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    };
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" {
+        return Err("is not an ELF library".to_string());
+    }
+    if bytes[4] != 2 || bytes[5] != 1 {
+        return Err("is not a 64-bit little-endian ELF library".to_string());
+    }
+    let machine = u16_at(18).unwrap_or(0);
+    if MACHINE != 0 && machine != MACHINE {
+        return Err(format!(
+            "is {} code, but this process runs on {}; load the library compiled for this machine's target",
+            machine_name(machine),
+            machine_name(MACHINE)
+        ));
+    }
+    let truncated =
+        || format!("is truncated or damaged: its headers describe more than its {length} bytes");
+    let header_offset = u64_at(32).ok_or_else(truncated)?;
+    let header_size = u64::from(u16_at(54).ok_or_else(truncated)?);
+    let header_count = u64::from(u16_at(56).ok_or_else(truncated)?);
+    for index in 0..header_count {
+        let at = header_offset
+            .checked_add(index.checked_mul(header_size).ok_or_else(truncated)?)
+            .ok_or_else(truncated)?;
+        let at = usize::try_from(at).map_err(|_| truncated())?;
+        let offset = u64_at(at + 8).ok_or_else(truncated)?;
+        let size = u64_at(at + 32).ok_or_else(truncated)?;
+        if offset.checked_add(size).is_none_or(|end| end > length) {
+            return Err(truncated());
+        }
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_missing_library_lists_every_folder_searched_and_the_fix() {
-        let dirs = [
-            PathBuf::from("/nonexistent/one"),
-            PathBuf::from("/nonexistent/two"),
-        ];
-        let error = find_library(FFI_LIBRARY, &dirs).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "relax-runtime could not find libtvm_ffi.so; searched:\n  /nonexistent/one\n  /nonexistent/two\n\
-             Fix: set RELAX_RUNTIME_DIR to a folder that holds libtvm_ffi.so and libtvm_runtime.so \
-             (the `tvm_ffi/lib` and `tvm/lib` folders of the apache-tvm wheel, copied into one folder), \
-             or put both libraries next to the executable."
-        );
+    /// A minimal ELF header with one program header for a segment at `offset..offset+size`.
+    fn elf(machine: u16, offset: u64, size: u64) -> Vec<u8> {
+        let mut bytes = vec![0u8; 64 + 56];
+        bytes[..4].copy_from_slice(b"\x7fELF");
+        bytes[4] = 2;
+        bytes[5] = 1;
+        bytes[18..20].copy_from_slice(&machine.to_le_bytes());
+        bytes[32..40].copy_from_slice(&64u64.to_le_bytes());
+        bytes[54..56].copy_from_slice(&56u16.to_le_bytes());
+        bytes[56..58].copy_from_slice(&1u16.to_le_bytes());
+        bytes[64 + 8..64 + 16].copy_from_slice(&offset.to_le_bytes());
+        bytes[64 + 32..64 + 40].copy_from_slice(&size.to_le_bytes());
+        bytes
     }
 
     #[test]
-    fn recorded_dirs_come_last() {
-        let dirs = search_dirs("/recorded/a:/recorded/b");
+    fn a_library_whose_segments_fit_passes() {
+        let bytes = elf(MACHINE, 0, 120);
+        check_elf(&bytes, bytes.len() as u64).unwrap();
+    }
+
+    #[test]
+    fn a_truncated_library_is_refused_before_it_is_mapped() {
+        let bytes = elf(MACHINE, 100, 4096);
+        let error = check_elf(&bytes, bytes.len() as u64).unwrap_err();
+        assert!(error.contains("is truncated or damaged"), "{error}");
+        assert!(check_elf(&bytes[..40], 40).is_err());
+    }
+
+    #[test]
+    fn a_library_for_another_machine_names_both() {
+        let other = if MACHINE == 62 { 183 } else { 62 };
+        let error = check_elf(&elf(other, 0, 10), 120).unwrap_err();
+        assert!(error.contains("code, but this process runs on"), "{error}");
         assert_eq!(
-            dirs[dirs.len() - 2..],
-            [PathBuf::from("/recorded/a"), PathBuf::from("/recorded/b")]
+            check_elf(b"not a library", 13).unwrap_err(),
+            "is not an ELF library"
         );
     }
 }

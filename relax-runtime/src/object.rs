@@ -1,27 +1,26 @@
 //! Owned references to tvm-ffi objects and values, and calls through the C ABI.
 //!
 //! Everything that touches reference counts or `TVMFFIAny` lives here, so the rest of
-//! the crate deals in [`Object`] and [`Value`] and never in raw handles.
+//! the crate deals in [`Object`] and [`Value`] and never in raw handles. An `Object` is
+//! neither `Send` nor `Sync`: whether a TVM object may cross threads depends on what it
+//! is, so the types that hold one (tensor, VM, library) decide, each with its reason.
 
 use std::ffi::CStr;
 use std::ptr::NonNull;
 
+use crate::api::{self, GLOBALS};
 use crate::error::{Error, Result};
-use crate::library::Runtime;
 use crate::sys;
 
 /// A strong reference to a tvm-ffi object (function, module, tensor, array, ...).
 pub(crate) struct Object(NonNull<sys::TVMFFIObject>);
 
-// tvm-ffi reference counts are atomic, and relax-runtime only reads through shared objects.
-unsafe impl Send for Object {}
-unsafe impl Sync for Object {}
-
 impl Object {
     /// Takes ownership of one strong reference.
     ///
     /// # Safety
-    /// `handle` must be a live tvm-ffi object whose reference the caller gives up.
+    /// `handle` must be null or a live tvm-ffi object whose reference the caller gives
+    /// up, created after the runtime was loaded.
     pub(crate) unsafe fn from_owned(handle: sys::TVMFFIObjectHandle) -> Option<Object> {
         NonNull::new(handle.cast::<sys::TVMFFIObject>()).map(Object)
     }
@@ -41,20 +40,36 @@ impl Object {
         any.__bindgen_anon_2.v_obj = self.0.as_ptr();
         any
     }
+
+    /// The address of the payload that follows the object header (a tensor's
+    /// `DLTensor`, an error's cell), as `c_api.h` lays objects out.
+    pub(crate) fn payload<T>(&self) -> *const T {
+        // SAFETY: every tvm-ffi object starts with a TVMFFIObject header; the payload
+        // starts right after it (TVMFFITensorGetDLTensorPtr, TVMFFIErrorGetCellPtr).
+        unsafe {
+            self.0
+                .as_ptr()
+                .cast::<u8>()
+                .add(std::mem::size_of::<sys::TVMFFIObject>())
+                .cast::<T>()
+        }
+    }
 }
 
 impl Clone for Object {
     fn clone(&self) -> Self {
-        // SAFETY: the object is alive; this adds the reference the clone owns.
-        unsafe { (Runtime::loaded().api.TVMFFIObjectIncRef)(self.handle()) };
+        // SAFETY: the object is alive; this adds the reference the clone owns. The
+        // runtime is loaded, since the object exists.
+        unsafe { (api::loaded().ffi.TVMFFIObjectIncRef)(self.handle()) };
         Object(self.0)
     }
 }
 
 impl Drop for Object {
     fn drop(&mut self) {
-        // SAFETY: `self` owns one strong reference; an Object only exists once the runtime is loaded.
-        unsafe { (Runtime::loaded().api.TVMFFIObjectDecRef)(self.handle()) };
+        // SAFETY: `self` owns one strong reference, released once; the runtime is loaded
+        // since the object exists.
+        unsafe { (api::loaded().ffi.TVMFFIObjectDecRef)(self.handle()) };
     }
 }
 
@@ -112,7 +127,8 @@ impl Value {
     unsafe fn from_owned(any: sys::TVMFFIAny) -> Value {
         let index = any.type_index;
         if index >= sys::TVMFFITypeIndex_kTVMFFIStaticObjectBegin {
-            return match Object::from_owned(any.__bindgen_anon_2.v_obj.cast()) {
+            // SAFETY: an object-typed value holds an owned object handle (the caller's contract).
+            return match unsafe { Object::from_owned(any.__bindgen_anon_2.v_obj.cast()) } {
                 Some(object) => Value::Object(object),
                 None => Value::None,
             };
@@ -120,7 +136,8 @@ impl Value {
         match index {
             sys::TVMFFITypeIndex_kTVMFFINone => Value::None,
             sys::TVMFFITypeIndex_kTVMFFIInt | sys::TVMFFITypeIndex_kTVMFFIBool => {
-                Value::Int(any.__bindgen_anon_2.v_int64)
+                // SAFETY: integer and boolean values are stored in v_int64.
+                Value::Int(unsafe { any.__bindgen_anon_2.v_int64 })
             }
             other => Value::Other(other),
         }
@@ -139,9 +156,10 @@ impl Value {
 
 /// TVM's name of a type index (`ffi.Tensor`, `ffi.Array`, ...).
 pub(crate) fn type_name(type_index: i32) -> String {
-    // SAFETY: TVMFFIGetTypeInfo returns null or a pointer to static type information.
+    // SAFETY: TVMFFIGetTypeInfo returns null or a pointer to static type information,
+    // whose type key is a valid byte array.
     unsafe {
-        let info = (Runtime::loaded().api.TVMFFIGetTypeInfo)(type_index);
+        let info = (api::loaded().ffi.TVMFFIGetTypeInfo)(type_index);
         match info.as_ref() {
             Some(info) => byte_array_to_string(&info.type_key),
             None => format!("type #{type_index}"),
@@ -157,31 +175,48 @@ pub(crate) unsafe fn byte_array_to_string(bytes: &sys::TVMFFIByteArray) -> Strin
     if bytes.data.is_null() || bytes.size == 0 {
         return String::new();
     }
-    let slice = std::slice::from_raw_parts(bytes.data.cast::<u8>(), bytes.size);
+    // SAFETY: the caller guarantees `size` readable bytes at `data`.
+    let slice = unsafe { std::slice::from_raw_parts(bytes.data.cast::<u8>(), bytes.size) };
     String::from_utf8_lossy(slice).into_owned()
 }
 
-/// Calls a tvm-ffi function object with borrowed arguments.
+/// A function to call: an [`Object`] of ours, or one of the runtime's globals.
+pub(crate) enum Callee<'a> {
+    Object(&'a Object),
+    /// An index into [`GLOBALS`].
+    Global(usize),
+}
+
+/// Index of `ffi.Module.load_from_file.so` in [`GLOBALS`].
+pub(crate) const LOAD_SHARED_LIBRARY: usize = 0;
+/// Index of `ffi.ModuleGetFunction`.
+pub(crate) const MODULE_GET_FUNCTION: usize = 1;
+/// Index of `ffi.ArraySize`.
+pub(crate) const ARRAY_SIZE: usize = 2;
+/// Index of `ffi.ArrayGetItem`.
+pub(crate) const ARRAY_GET_ITEM: usize = 3;
+const _: () = assert!(GLOBALS.len() == 4);
+
+/// Calls a tvm-ffi function with borrowed arguments.
 ///
 /// `context` says what relax-runtime was doing, for the error message.
 pub(crate) fn call(
-    function: &Object,
+    callee: Callee<'_>,
     arguments: &mut [sys::TVMFFIAny],
     context: impl FnOnce() -> String,
 ) -> Result<Value> {
-    let runtime = Runtime::loaded();
+    let api = api::loaded();
+    let handle = match callee {
+        Callee::Object(object) => object.handle(),
+        Callee::Global(index) => api.globals[index],
+    };
     let mut result = empty_any(sys::TVMFFITypeIndex_kTVMFFINone);
     let count = i32::try_from(arguments.len()).expect("argument count fits in i32");
-    // SAFETY: the function object is alive, the arguments are valid borrowed values
-    // that outlive the call, and `result` receives an owned value.
-    let status = unsafe {
-        (runtime.api.TVMFFIFunctionCall)(
-            function.handle(),
-            arguments.as_mut_ptr(),
-            count,
-            &mut result,
-        )
-    };
+    // SAFETY: the function object is alive (ours, or a global never released), the
+    // arguments are valid borrowed values that outlive the call, and `result` receives
+    // an owned value.
+    let status =
+        unsafe { (api.ffi.TVMFFIFunctionCall)(handle, arguments.as_mut_ptr(), count, &mut result) };
     if status != 0 {
         return Err(take_raised_error(context()));
     }
@@ -189,12 +224,59 @@ pub(crate) fn call(
     Ok(unsafe { Value::from_owned(result) })
 }
 
+/// Looks up a method of a module (`vm_load_executable`, a Relax function, ...).
+pub(crate) fn module_function(module: &Object, name: &str) -> Result<Option<Object>> {
+    let name_c = std::ffi::CString::new(name).map_err(|_| Error::InvalidTensor {
+        message: format!("the function name {name:?} contains a NUL byte"),
+    })?;
+    let mut arguments = [
+        module.as_argument(),
+        argument::str(&name_c),
+        argument::bool(true),
+    ];
+    match call(Callee::Global(MODULE_GET_FUNCTION), &mut arguments, || {
+        format!("looking up function `{name}`")
+    })? {
+        Value::Object(function)
+            if function.type_index() == sys::TVMFFITypeIndex_kTVMFFIFunction =>
+        {
+            Ok(Some(function))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The items of a tvm-ffi array (a Relax tuple).
+pub(crate) fn array_items(array: &Object) -> Result<Vec<Value>> {
+    let context = || "reading a tuple returned by a model".to_string();
+    let size = match call(
+        Callee::Global(ARRAY_SIZE),
+        &mut [array.as_argument()],
+        context,
+    )? {
+        Value::Int(size) => size,
+        other => {
+            return Err(Error::Tvm {
+                kind: "TypeError".to_string(),
+                message: format!("ffi.ArraySize returned {}", other.describe()),
+                context: context(),
+            })
+        }
+    };
+    (0..size)
+        .map(|index| {
+            let mut arguments = [array.as_argument(), argument::int(index)];
+            call(Callee::Global(ARRAY_GET_ITEM), &mut arguments, context)
+        })
+        .collect()
+}
+
 /// Turns the error TVM raised on this thread into an [`Error::Tvm`].
 pub(crate) fn take_raised_error(context: String) -> Error {
-    let runtime = Runtime::loaded();
+    let api = api::loaded();
     let mut handle: sys::TVMFFIObjectHandle = std::ptr::null_mut();
     // SAFETY: moves this thread's raised error (if any) into `handle`, which we then own.
-    unsafe { (runtime.api.TVMFFIErrorMoveFromRaised)(&mut handle) };
+    unsafe { (api.ffi.TVMFFIErrorMoveFromRaised)(&mut handle) };
     // SAFETY: `handle` is null or an owned error object.
     let Some(error) = (unsafe { Object::from_owned(handle) }) else {
         return Error::Tvm {
@@ -203,13 +285,10 @@ pub(crate) fn take_raised_error(context: String) -> Error {
             context,
         };
     };
-    // SAFETY: an error object's cell follows its object header (TVMFFIErrorGetCellPtr in c_api.h).
+    let cell = error.payload::<sys::TVMFFIErrorCell>();
+    // SAFETY: an error object's payload is its TVMFFIErrorCell, whose kind and message
+    // are valid byte arrays while the error lives.
     let (kind, message) = unsafe {
-        let cell = error
-            .handle()
-            .cast::<u8>()
-            .add(std::mem::size_of::<sys::TVMFFIObject>())
-            .cast::<sys::TVMFFIErrorCell>();
         (
             byte_array_to_string(&(*cell).kind),
             byte_array_to_string(&(*cell).message),

@@ -1,54 +1,94 @@
-//! The compiled signature of a model, as relax-build writes it into the generated code,
-//! and the checks that inputs match it before any call crosses the C ABI.
+//! The compiled signature of a model (the JSON relax-build's driver writes next to each
+//! library), and the checks that inputs match it before any call crosses the C ABI.
 
 use std::fmt;
+
+use serde::Deserialize;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-/// A compiled model: its name, its functions, and where its toolchain's runtime libraries were.
-#[derive(Debug)]
+/// A compiled model: its name, target and functions.
+#[derive(Debug, Clone, Deserialize)]
 pub struct ModelSignature {
-    pub name: &'static str,
+    /// The model's name.
+    #[serde(rename = "model")]
+    pub name: String,
     /// The TVM target the library was compiled for (a JSON dict).
-    pub target: &'static str,
-    pub functions: &'static [FunctionSignature],
-    /// `:`-separated folders that held `libtvm_ffi.so` / `libtvm_runtime.so` on the
-    /// build machine (searched last).
-    pub runtime_library_dirs: &'static str,
+    pub target: String,
+    /// The public Relax functions.
+    pub functions: Vec<FunctionSignature>,
 }
 
 /// One Relax function of a model.
-#[derive(Debug)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct FunctionSignature {
-    pub name: &'static str,
+    /// The Relax function's name.
+    pub name: String,
     /// Arguments the caller passes.
-    pub inputs: &'static [TensorSignature],
-    /// Trailing arguments bound from the model's weights by `load()`.
-    pub weights: &'static [TensorSignature],
-    pub outputs: &'static [TensorSignature],
+    pub inputs: Vec<TensorSignature>,
+    /// Trailing arguments bound from the model's weights at load time.
+    pub weights: Vec<TensorSignature>,
+    /// The outputs (one per tuple field).
+    pub outputs: Vec<TensorSignature>,
     /// Whether the function returns a tuple (even of one tensor).
     pub returns_tuple: bool,
 }
 
 /// A tensor argument or output: name (empty for outputs), dtype and dims.
-#[derive(Debug)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct TensorSignature {
-    pub name: &'static str,
+    /// The argument's name (empty for outputs).
+    #[serde(default)]
+    pub name: String,
+    /// The element type.
+    #[serde(deserialize_with = "dtype_from_name")]
     pub dtype: DType,
-    pub shape: &'static [Dim],
+    /// The dims, outermost first.
+    pub shape: Vec<Dim>,
 }
 
 /// One dimension of a compiled shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Dim {
     /// A fixed size.
     Static(i64),
     /// A named size (`batch`) that must be equal wherever the name appears.
-    Symbolic(&'static str),
-    /// A size computed from others (`n * 2`); TVM checks it.
-    Expression(&'static str),
+    Symbolic(String),
+    /// A size computed from others (`n * 2`), or unknown (`?`); TVM checks it.
+    Expression(String),
+}
+
+impl<'de> Deserialize<'de> for Dim {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Dim, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Size(i64),
+            Text(String),
+        }
+        Ok(match Raw::deserialize(deserializer)? {
+            Raw::Size(size) => Dim::Static(size),
+            Raw::Text(text) if is_plain_name(&text) => Dim::Symbolic(text),
+            Raw::Text(text) => Dim::Expression(text),
+        })
+    }
+}
+
+fn dtype_from_name<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<DType, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    DType::parse(&name).ok_or_else(|| {
+        serde::de::Error::custom(format!("dtype {name} is not supported by relax-runtime"))
+    })
+}
+
+fn is_plain_name(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl fmt::Display for Dim {
@@ -60,7 +100,7 @@ impl fmt::Display for Dim {
     }
 }
 
-/// Formats a shape as `[batch, 64]`.
+/// Formats dims as `[batch, 64]`.
 pub(crate) fn format_dims(dims: &[Dim]) -> String {
     let parts: Vec<String> = dims.iter().map(Dim::to_string).collect();
     format!("[{}]", parts.join(", "))
@@ -71,19 +111,46 @@ fn format_shape(shape: &[i64]) -> String {
     format!("[{}]", parts.join(", "))
 }
 
+impl ModelSignature {
+    /// Parses the signature JSON relax-build wrote; `model` names it in errors.
+    pub fn from_json(model: &str, json: &str) -> Result<ModelSignature> {
+        serde_json::from_str(json).map_err(|error| Error::LibraryLoad {
+            path: format!("<signature of model `{model}`>").into(),
+            message: format!("the signature is not valid: {error}"),
+        })
+    }
+
+    /// The index of the function called `name`, or an error listing the functions.
+    pub fn function_index(&self, name: &str) -> Result<usize> {
+        self.functions
+            .iter()
+            .position(|function| function.name == name)
+            .ok_or_else(|| Error::FunctionNotFound {
+                model: self.name.clone(),
+                function: name.to_string(),
+                available: self
+                    .functions
+                    .iter()
+                    .map(|function| function.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+}
+
 impl FunctionSignature {
     /// Checks count, dtypes and shapes of `inputs`, binding each symbolic dim on first use.
     pub fn check_inputs(&self, model: &str, inputs: &[&Tensor]) -> Result<()> {
         if inputs.len() != self.inputs.len() {
             return Err(Error::ArgumentCount {
                 model: model.to_string(),
-                function: self.name.to_string(),
+                function: self.name.clone(),
                 expected: self.inputs.len(),
                 found: inputs.len(),
                 names: self
                     .inputs
                     .iter()
-                    .map(|input| input.name)
+                    .map(|input| input.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", "),
             });
@@ -93,8 +160,8 @@ impl FunctionSignature {
             if tensor.dtype() != expected.dtype {
                 return Err(Error::DTypeMismatch {
                     model: model.to_string(),
-                    function: self.name.to_string(),
-                    argument: expected.name.to_string(),
+                    function: self.name.clone(),
+                    argument: expected.name.clone(),
                     expected: expected.dtype,
                     found: tensor.dtype(),
                 });
@@ -102,17 +169,17 @@ impl FunctionSignature {
             let shape = tensor.shape();
             let mismatch = |detail: String| Error::ShapeMismatch {
                 model: model.to_string(),
-                function: self.name.to_string(),
-                argument: expected.name.to_string(),
-                expected: format!("{}{detail}", format_dims(expected.shape)),
+                function: self.name.clone(),
+                argument: expected.name.clone(),
+                expected: format!("{}{detail}", format_dims(&expected.shape)),
                 found: format_shape(shape),
             };
             if shape.len() != expected.shape.len() {
                 return Err(mismatch(String::new()));
             }
             for (dim, &size) in expected.shape.iter().zip(shape) {
-                match *dim {
-                    Dim::Static(expected_size) if expected_size != size => {
+                match dim {
+                    Dim::Static(expected_size) if *expected_size != size => {
                         return Err(mismatch(String::new()))
                     }
                     Dim::Symbolic(name) => match bound
@@ -123,7 +190,7 @@ impl FunctionSignature {
                             return Err(mismatch(format!(" with {name} = {value} (from `{from}`)")))
                         }
                         Some(_) => {}
-                        None => bound.push((name, size, expected.name)),
+                        None => bound.push((name, size, &expected.name)),
                     },
                     _ => {}
                 }
@@ -137,38 +204,58 @@ impl FunctionSignature {
 mod tests {
     use super::*;
 
-    static ADD: FunctionSignature = FunctionSignature {
-        name: "add",
-        inputs: &[
-            TensorSignature {
-                name: "a",
-                dtype: DType::F32,
-                shape: &[Dim::Symbolic("n"), Dim::Static(4)],
-            },
-            TensorSignature {
-                name: "b",
-                dtype: DType::F32,
-                shape: &[Dim::Symbolic("n"), Dim::Static(4)],
-            },
-        ],
-        weights: &[],
-        outputs: &[],
-        returns_tuple: false,
-    };
+    fn add() -> FunctionSignature {
+        let input = |name: &str| TensorSignature {
+            name: name.to_string(),
+            dtype: DType::F32,
+            shape: vec![Dim::Symbolic("n".to_string()), Dim::Static(4)],
+        };
+        FunctionSignature {
+            name: "add".to_string(),
+            inputs: vec![input("a"), input("b")],
+            weights: Vec::new(),
+            outputs: Vec::new(),
+            returns_tuple: false,
+        }
+    }
 
     fn zeros(n: usize, m: usize) -> Tensor {
         Tensor::from_slice(&vec![0f32; n * m], &[n, m]).unwrap()
     }
 
     #[test]
+    fn signatures_parse_from_the_drivers_json() {
+        let json = r#"{"model": "pair", "tvm_version": "0.27.0.post1", "target": "{}",
+            "functions": [{"name": "f", "inputs": [{"name": "x", "dtype": "float32", "shape": ["n", 4, "n * 2"]}],
+            "weights": [], "outputs": [{"dtype": "int64", "shape": []}], "returns_tuple": false}]}"#;
+        let signature = ModelSignature::from_json("pair", json).unwrap();
+        let function = &signature.functions[0];
+        assert_eq!(
+            function.inputs[0].shape,
+            [
+                Dim::Symbolic("n".to_string()),
+                Dim::Static(4),
+                Dim::Expression("n * 2".to_string())
+            ]
+        );
+        assert_eq!(function.outputs[0].dtype, DType::I64);
+        assert_eq!(signature.function_index("f").unwrap(), 0);
+        assert_eq!(
+            signature.function_index("g").unwrap_err().to_string(),
+            "model `pair` has no function `g`; it has: f"
+        );
+    }
+
+    #[test]
     fn accepts_matching_inputs() {
-        ADD.check_inputs("pair", &[&zeros(3, 4), &zeros(3, 4)])
+        add()
+            .check_inputs("pair", &[&zeros(3, 4), &zeros(3, 4)])
             .unwrap();
     }
 
     #[test]
     fn static_dim_mismatch_names_everything() {
-        let error = ADD
+        let error = add()
             .check_inputs("pair", &[&zeros(3, 5), &zeros(3, 4)])
             .unwrap_err();
         assert_eq!(
@@ -179,7 +266,7 @@ mod tests {
 
     #[test]
     fn symbolic_dim_must_agree_across_arguments() {
-        let error = ADD
+        let error = add()
             .check_inputs("pair", &[&zeros(3, 4), &zeros(2, 4)])
             .unwrap_err();
         assert_eq!(
@@ -191,7 +278,7 @@ mod tests {
     #[test]
     fn rank_mismatch_is_a_shape_error() {
         let flat = Tensor::from_slice(&[0f32; 4], &[4]).unwrap();
-        let error = ADD
+        let error = add()
             .check_inputs("pair", &[&flat, &zeros(1, 4)])
             .unwrap_err();
         assert!(matches!(error, Error::ShapeMismatch { .. }), "{error}");
@@ -200,7 +287,7 @@ mod tests {
     #[test]
     fn dtype_mismatch_names_both_types() {
         let ints = Tensor::from_slice(&[0i32; 8], &[2, 4]).unwrap();
-        let error = ADD
+        let error = add()
             .check_inputs("pair", &[&zeros(2, 4), &ints])
             .unwrap_err();
         assert_eq!(
@@ -211,7 +298,7 @@ mod tests {
 
     #[test]
     fn wrong_argument_count_lists_the_names() {
-        let error = ADD.check_inputs("pair", &[&zeros(2, 4)]).unwrap_err();
+        let error = add().check_inputs("pair", &[&zeros(2, 4)]).unwrap_err();
         assert_eq!(
             error.to_string(),
             "model `pair`, function `add`: expected 2 input(s) (a, b), found 1"

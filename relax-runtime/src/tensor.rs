@@ -3,10 +3,10 @@
 use std::alloc::Layout;
 use std::sync::{Arc, OnceLock};
 
+use crate::api;
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::library::Runtime;
 use crate::object::Object;
 use crate::sys;
 
@@ -18,17 +18,19 @@ const ALIGNMENT: usize = 64;
 /// Tensors made in Rust ([`Tensor::from_slice`], [`Tensor::from_bytes`]) own an aligned
 /// host buffer and need no TVM to exist; they are handed to TVM without a copy when a
 /// model is called. Tensors returned by a model are TVM's own, viewed without a copy.
-/// Cloning a tensor shares its data.
+/// A tensor is immutable; cloning it shares its data. It is `Send` and `Sync`.
 #[derive(Clone)]
 pub struct Tensor {
     repr: Repr,
+    dtype: DType,
+    /// The element count, checked against `isize::MAX` bytes when the tensor was made.
+    elements: usize,
 }
 
 #[derive(Clone)]
 enum Repr {
     Host {
         buffer: Arc<HostBuffer>,
-        dtype: DType,
         shape: Arc<[i64]>,
         /// The TVM tensor over `buffer`, made on first use in a call and reused after.
         object: OnceLock<Object>,
@@ -36,65 +38,140 @@ enum Repr {
     Tvm(Object),
 }
 
+// SAFETY: a tensor's data is never written after it is made (no `&mut` access exists,
+// and TVM's Relax functions do not write their arguments); its TVM object is reference
+// counted atomically. Moving it to another thread moves only references.
+unsafe impl Send for Tensor {}
+// SAFETY: as above: every method reads; the lazily made TVM object is set once through
+// `OnceLock`, and a `Tensor` shared by `&` is read by all threads alike.
+unsafe impl Sync for Tensor {}
+
+/// The byte size of `dims` elements of `dtype`, if it fits in `isize::MAX`; zero-sized
+/// dims count as one, so that no shape derived from this one by dropping an empty dim
+/// (a model summing it away) can overflow either.
+fn checked_bytes(dims: impl Iterator<Item = usize>, dtype: DType) -> Option<usize> {
+    let mut elements = 1usize;
+    for dim in dims {
+        elements = elements.checked_mul(dim.max(1))?;
+    }
+    let bytes = elements.checked_mul(dtype.size_in_bytes())?;
+    (bytes <= isize::MAX as usize).then_some(bytes)
+}
+
 impl Tensor {
     /// A CPU tensor holding a copy of `data`, with the given shape.
     ///
-    /// Fails when the shape's element count differs from `data.len()`.
+    /// # Errors
+    ///
+    /// When the shape's element count differs from `data.len()`.
+    ///
+    /// ```
+    /// let x = relax_runtime::Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0], &[2, 2])?;
+    /// assert_eq!(x.shape(), &[2, 2]);
+    /// # Ok::<(), relax_runtime::Error>(())
+    /// ```
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
-        // SAFETY: every Element type is plain data without padding.
+        // SAFETY: every Element type is plain data without padding, so its bytes are
+        // initialized; the slice covers exactly `data`.
         let bytes = unsafe {
             std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data))
         };
         Tensor::from_bytes(T::DTYPE, shape, bytes)
     }
 
-    /// A CPU tensor holding a copy of `bytes`, read as elements of `dtype` in row-major order.
+    /// A CPU tensor holding a copy of `bytes`, read as elements of `dtype` in row-major
+    /// order (little-endian).
+    ///
+    /// # Errors
+    ///
+    /// When the shape does not match the byte count, the shape is too large for the
+    /// address space (ignoring empty dims), or `dtype` is `bool` and a byte is neither
+    /// 0 nor 1.
     pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
-        let elements = shape
-            .iter()
-            .try_fold(1usize, |count, &dim| count.checked_mul(dim));
-        let expected = elements.and_then(|count| count.checked_mul(dtype.size_in_bytes()));
-        if expected != Some(bytes.len()) {
-            return Err(Error::InvalidTensor {
-                message: format!(
-                    "shape {shape:?} of {dtype} needs {} bytes, but {} were given",
-                    expected.map_or("more than usize::MAX".to_string(), |size| size.to_string()),
-                    bytes.len()
-                ),
-            });
+        let invalid = |message: String| Error::InvalidTensor { message };
+        if checked_bytes(shape.iter().copied(), dtype).is_none() {
+            return Err(invalid(format!(
+                "shape {shape:?} of {dtype} is larger than the address space"
+            )));
+        }
+        let elements: usize = shape.iter().product();
+        let expected = elements * dtype.size_in_bytes();
+        if expected != bytes.len() {
+            return Err(invalid(format!(
+                "shape {shape:?} of {dtype} needs {expected} bytes, but {} were given",
+                bytes.len()
+            )));
+        }
+        if dtype == DType::BOOL {
+            if let Some(position) = bytes.iter().position(|&byte| byte > 1) {
+                return Err(invalid(format!(
+                    "byte {position} of a bool tensor is {}, but a bool is 0 or 1",
+                    bytes[position]
+                )));
+            }
         }
         let shape = shape
             .iter()
             .map(|&dim| i64::try_from(dim))
             .collect::<Result<Arc<[i64]>, _>>()
-            .map_err(|_| Error::InvalidTensor {
-                message: format!("shape {shape:?} has a dimension larger than i64::MAX"),
+            .map_err(|_| {
+                invalid(format!(
+                    "shape {shape:?} has a dimension larger than i64::MAX"
+                ))
             })?;
-        let buffer = HostBuffer::copy_of(bytes);
         Ok(Tensor {
             repr: Repr::Host {
-                buffer: Arc::new(buffer),
-                dtype,
+                buffer: Arc::new(HostBuffer::copy_of(bytes)),
                 shape,
                 object: OnceLock::new(),
             },
+            dtype,
+            elements,
         })
     }
 
-    /// Wraps a tensor object returned by TVM.
-    pub(crate) fn from_tvm(object: Object) -> Tensor {
+    /// Wraps a tensor object returned by TVM, after checking that its shape describes
+    /// a buffer that can exist, and (for bool) that its values are bools.
+    pub(crate) fn from_tvm(object: Object) -> Result<Tensor> {
         debug_assert_eq!(object.type_index(), sys::TVMFFITypeIndex_kTVMFFITensor);
-        Tensor {
-            repr: Repr::Tvm(object),
+        // SAFETY: a tensor object's payload is its DLTensor, alive as long as the object.
+        let tensor = unsafe { &*object.payload::<sys::DLTensor>() };
+        let dtype = DType::from_dlpack(tensor.dtype);
+        let invalid = |message: String| Error::InvalidTensor { message };
+        let ndim = usize::try_from(tensor.ndim)
+            .map_err(|_| invalid(format!("TVM returned a tensor of rank {}", tensor.ndim)))?;
+        // SAFETY: a TVM tensor's shape array has `ndim` entries, alive with the tensor.
+        let shape = unsafe { slice_or_empty(tensor.shape, ndim) };
+        let dims = shape
+            .iter()
+            .map(|&dim| usize::try_from(dim))
+            .collect::<Result<Vec<usize>, _>>()
+            .map_err(|_| invalid(format!("TVM returned a tensor of shape {shape:?}")))?;
+        if checked_bytes(dims.iter().copied(), dtype).is_none() {
+            return Err(invalid(format!(
+                "TVM returned a tensor of shape {shape:?} of {dtype}, larger than the address space"
+            )));
         }
+        let made = Tensor {
+            elements: dims.iter().product(),
+            dtype,
+            repr: Repr::Tvm(object),
+        };
+        if dtype == DType::BOOL && made.device() == Device::cpu() {
+            if let Ok(bytes) = made.as_bytes() {
+                if bytes.iter().any(|&byte| byte > 1) {
+                    return Err(invalid(
+                        "TVM returned a bool tensor holding values other than 0 and 1".to_string(),
+                    ));
+                }
+            }
+        }
+        Ok(made)
     }
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        match &self.repr {
-            Repr::Host { dtype, .. } => *dtype,
-            Repr::Tvm(_) => DType::from_dlpack(self.dl_tensor().dtype),
-        }
+        self.dtype
     }
 
     /// The dimensions, outermost first.
@@ -103,7 +180,8 @@ impl Tensor {
             Repr::Host { shape, .. } => shape,
             Repr::Tvm(_) => {
                 let tensor = self.dl_tensor();
-                // SAFETY: a TVM tensor's shape array has `ndim` entries and lives as long as the tensor.
+                // SAFETY: a TVM tensor's shape array has `ndim` entries (checked
+                // non-negative in from_tvm) and lives as long as the tensor.
                 unsafe { slice_or_empty(tensor.shape, tensor.ndim as usize) }
             }
         }
@@ -119,33 +197,54 @@ impl Tensor {
 
     /// The number of elements (the product of the shape).
     pub fn num_elements(&self) -> usize {
-        self.shape().iter().map(|&dim| dim as usize).product()
+        self.elements
     }
 
     /// The elements, in row-major order, without a copy.
     ///
-    /// Fails when `T` is not the tensor's element type, or the data is not on the CPU.
+    /// # Errors
+    ///
+    /// When `T` is not the tensor's element type, or the data is not on the CPU.
     pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
-        if self.dtype() != T::DTYPE {
+        if self.dtype != T::DTYPE {
             return Err(Error::ElementType {
                 requested: T::DTYPE,
-                found: self.dtype(),
+                found: self.dtype,
             });
         }
         let bytes = self.as_bytes()?;
-        // SAFETY: the data is aligned for T (64-byte host buffers; TVM aligns its own),
-        // holds num_elements values of T, and T is plain data.
-        Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), self.num_elements()) })
+        debug_assert_eq!(bytes.len(), self.elements * std::mem::size_of::<T>());
+        if bytes.is_empty() {
+            return Ok(&[]);
+        }
+        if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
+            return Err(Error::InvalidTensor {
+                message: format!("the data is not aligned for {}", T::DTYPE),
+            });
+        }
+        // SAFETY: `bytes` holds `elements` values of T (the dtype matches, and the byte
+        // count was checked when the tensor was made), aligned for T (checked above), and
+        // every bit pattern is a valid T (bool tensors hold only 0 and 1, checked when
+        // made); the data lives as long as `self`.
+        Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), self.elements) })
     }
 
     /// The elements copied into a `Vec`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Tensor::as_slice`].
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         self.as_slice::<T>().map(<[T]>::to_vec)
     }
 
     /// The raw bytes of the elements, in row-major order, without a copy.
+    ///
+    /// # Errors
+    ///
+    /// When the data is not on the CPU, or is strided.
     pub fn as_bytes(&self) -> Result<&[u8]> {
-        let length = self.num_elements() * self.dtype().size_in_bytes();
+        let length = self.elements * self.dtype.size_in_bytes();
         match &self.repr {
             Repr::Host { buffer, .. } => Ok(&buffer.as_slice()[..length]),
             Repr::Tvm(_) => {
@@ -164,7 +263,11 @@ impl Tensor {
                             .to_string(),
                     });
                 }
-                // SAFETY: a compact CPU tensor holds `length` bytes from data + byte_offset,
+                if length == 0 {
+                    return Ok(&[]);
+                }
+                // SAFETY: a compact CPU tensor made by TVM holds `length` bytes (its shape's
+                // byte size, checked to fit isize when wrapped) from data + byte_offset,
                 // alive as long as the tensor object.
                 Ok(unsafe {
                     slice_or_empty(
@@ -186,14 +289,13 @@ impl Tensor {
             Repr::Tvm(object) => Ok(object),
             Repr::Host {
                 buffer,
-                dtype,
                 shape,
                 object,
             } => {
                 if let Some(object) = object.get() {
                     return Ok(object);
                 }
-                let made = wrap_host_buffer(buffer, *dtype, shape)?;
+                let made = wrap_host_buffer(buffer, self.dtype, shape)?;
                 Ok(object.get_or_init(|| made))
             }
         }
@@ -203,15 +305,8 @@ impl Tensor {
         let Repr::Tvm(object) = &self.repr else {
             unreachable!("dl_tensor is only read from TVM tensors")
         };
-        // SAFETY: a tensor object's DLTensor follows its object header
-        // (TVMFFITensorGetDLTensorPtr in c_api.h) and lives as long as the object.
-        unsafe {
-            &*object
-                .handle()
-                .cast::<u8>()
-                .add(std::mem::size_of::<sys::TVMFFIObject>())
-                .cast::<sys::DLTensor>()
-        }
+        // SAFETY: a tensor object's payload is its DLTensor, alive as long as the object.
+        unsafe { &*object.payload::<sys::DLTensor>() }
     }
 }
 
@@ -226,12 +321,14 @@ impl std::fmt::Debug for Tensor {
 }
 
 /// # Safety
-/// When `length` is not zero, `data` must point to `length` readable values that outlive `'a`.
+/// When `length` is not zero and `data` is not null, `data` must point to `length`
+/// readable, initialized values that outlive `'a`.
 unsafe fn slice_or_empty<'a, T>(data: *const T, length: usize) -> &'a [T] {
     if length == 0 || data.is_null() {
         &[]
     } else {
-        std::slice::from_raw_parts(data, length)
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(data, length) }
     }
 }
 
@@ -263,8 +360,10 @@ pub(crate) struct HostBuffer {
     layout: Layout,
 }
 
-// The buffer is never written after construction.
+// SAFETY: the buffer is written only in `copy_of`, before it is shared; after that it is
+// only read (by Rust and by TVM).
 unsafe impl Send for HostBuffer {}
+// SAFETY: as above.
 unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
@@ -275,21 +374,23 @@ impl HostBuffer {
         let Some(data) = std::ptr::NonNull::new(data) else {
             std::alloc::handle_alloc_error(layout)
         };
-        // SAFETY: the new allocation holds at least bytes.len() bytes.
+        // SAFETY: the new allocation holds at least bytes.len() bytes and does not
+        // overlap `bytes`.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), data.as_ptr(), bytes.len()) };
         HostBuffer { data, layout }
     }
 
+    /// The copied bytes and any padding byte (a zero-length buffer has one).
     fn as_slice(&self) -> &[u8] {
-        // SAFETY: the allocation holds layout.size() initialized-or-copied bytes; only the
-        // copied prefix is ever exposed by callers.
+        // SAFETY: the allocation holds layout.size() bytes; the copied prefix is
+        // initialized, and callers slice no further than it.
         unsafe { std::slice::from_raw_parts(self.data.as_ptr(), self.layout.size()) }
     }
 }
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        // SAFETY: allocated in copy_of with this layout.
+        // SAFETY: allocated in copy_of with this layout, freed once.
         unsafe { std::alloc::dealloc(self.data.as_ptr(), self.layout) };
     }
 }
@@ -311,7 +412,7 @@ unsafe extern "C" fn delete_dlpack(managed: *mut sys::DLManagedTensorVersioned) 
 
 /// Makes a TVM tensor over a host buffer without copying it.
 fn wrap_host_buffer(buffer: &Arc<HostBuffer>, dtype: DType, shape: &Arc<[i64]>) -> Result<Object> {
-    let runtime = Runtime::loaded();
+    let api = api::loaded();
     let owner = Box::new(DlpackOwner {
         _buffer: Arc::clone(buffer),
         _shape: Arc::clone(shape),
@@ -336,65 +437,21 @@ fn wrap_host_buffer(buffer: &Arc<HostBuffer>, dtype: DType, shape: &Arc<[i64]>) 
     });
     let managed = Box::into_raw(managed);
     let mut handle: sys::TVMFFIObjectHandle = std::ptr::null_mut();
-    // SAFETY: `managed` is a valid DLPack tensor; on success TVM owns it and calls the deleter.
-    let status =
-        unsafe { (runtime.api.TVMFFITensorFromDLPackVersioned)(managed, 0, 1, &mut handle) };
+    // SAFETY: `managed` is a valid DLPack tensor whose buffer and shape outlive it (the
+    // owner holds them); on success TVM owns it and calls the deleter once.
+    let status = unsafe { (api.ffi.TVMFFITensorFromDLPackVersioned)(managed, 0, 1, &mut handle) };
     if status != 0 {
-        // SAFETY: on failure ownership stays with us.
+        // SAFETY: on failure ownership stays with us; it is released once here.
         unsafe { delete_dlpack(managed) };
         return Err(crate::object::take_raised_error(
             "handing a Rust tensor to TVM".to_string(),
         ));
     }
     // SAFETY: on success `handle` is an owned tensor object.
-    Ok(unsafe { Object::from_owned(handle) }.expect("TVM returned a tensor"))
+    unsafe { Object::from_owned(handle) }.ok_or_else(|| Error::InvalidTensor {
+        message: "TVM returned no tensor for a Rust buffer".to_string(),
+    })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn from_slice_keeps_data_shape_and_dtype() {
-        let tensor = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
-        assert_eq!(tensor.shape(), &[2, 3]);
-        assert_eq!(tensor.dtype(), DType::F32);
-        assert_eq!(
-            tensor.as_slice::<f32>().unwrap(),
-            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-        );
-        assert_eq!(tensor.as_bytes().unwrap().len(), 24);
-    }
-
-    #[test]
-    fn from_slice_rejects_a_shape_of_another_size() {
-        let error = Tensor::from_slice(&[1i32, 2, 3], &[2, 2]).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "invalid tensor: shape [2, 2] of int32 needs 16 bytes, but 12 were given"
-        );
-    }
-
-    #[test]
-    fn as_slice_rejects_another_element_type() {
-        let tensor = Tensor::from_slice(&[1i64, 2], &[2]).unwrap();
-        let error = tensor.as_slice::<f32>().unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "tensor holds int64 elements, not float32"
-        );
-    }
-
-    #[test]
-    fn zero_sized_tensors_have_no_elements() {
-        let tensor = Tensor::from_slice::<f32>(&[], &[0, 4]).unwrap();
-        assert_eq!(tensor.num_elements(), 0);
-        assert!(tensor.as_slice::<f32>().unwrap().is_empty());
-    }
-
-    #[test]
-    fn host_buffers_are_aligned() {
-        let tensor = Tensor::from_slice(&[7u8; 3], &[3]).unwrap();
-        assert_eq!(tensor.as_bytes().unwrap().as_ptr() as usize % ALIGNMENT, 0);
-    }
-}
+mod tests;

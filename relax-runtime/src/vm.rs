@@ -1,16 +1,19 @@
-//! The Relax VirtualMachine: load a compiled model, look up its functions, call them.
+//! The Relax VirtualMachine: one VM over a loaded library, its functions, and calls.
+//!
+//! A VM keeps per-call state (registers, frames), so one VM runs one call at a time:
+//! [`VirtualMachine`] is `Send` but not `Sync`, and a [`Function`] borrows its VM, so
+//! it cannot leave the VM's thread. [`Session`](crate::Session) keeps a pool of VMs
+//! to serve concurrent calls.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::sync::Arc;
 
 use crate::device::{Device, DeviceKind};
 use crate::error::{Error, Result};
-use crate::library::Runtime;
-use crate::object::{self, argument, Object, Value};
+use crate::library::Library;
+use crate::object::{self, argument, Callee, Object, Value};
 use crate::signature::{FunctionSignature, ModelSignature};
 use crate::sys;
 use crate::tensor::Tensor;
-use crate::weights;
 
 /// TVM's pooled memory allocator (`relax.VirtualMachine`'s default).
 const POOLED_ALLOCATOR: i64 = 2;
@@ -18,77 +21,40 @@ const POOLED_ALLOCATOR: i64 = 2;
 /// Arguments passed from the stack; calls with more use a heap buffer.
 const INLINE_ARGUMENTS: usize = 16;
 
-/// A loaded model: its VM, initialized for one device, and its weights.
-///
-/// A VM runs one call at a time: it is `Send` but not `Sync`; load one per thread
-/// to run calls in parallel.
-pub struct VirtualMachine {
-    signature: &'static ModelSignature,
-    module: Object,
-    weights: HashMap<&'static str, Tensor>,
-    device: Device,
+/// What every VM of one loaded model shares: the library, the signature, the weights
+/// bound to each function, and the device.
+pub(crate) struct Model {
+    pub(crate) library: Arc<Library>,
+    pub(crate) signature: ModelSignature,
+    /// Per function (by signature index), its weights in argument order.
+    pub(crate) weights: Vec<Vec<Tensor>>,
+    pub(crate) device: Device,
 }
 
-// The VM module is only used through `&self` methods of a type that is not Sync.
-unsafe impl Send for VirtualMachine {}
+/// One VM, initialized for the model's device, with its functions looked up.
+pub(crate) struct Instance {
+    /// The VM (its functions hold it too; kept for clarity of ownership).
+    _module: Object,
+    /// Per function (by signature index).
+    functions: Vec<Object>,
+}
 
-impl VirtualMachine {
-    /// Loads a model from its library bytes (as embedded by `include_model!`) and
-    /// safetensors weights, and initializes its VM on `device`.
-    pub fn load(
-        signature: &'static ModelSignature,
-        library: &[u8],
-        weights: Option<&[u8]>,
-        device: Device,
-    ) -> Result<VirtualMachine> {
-        let runtime = Runtime::get_or_load(signature.runtime_library_dirs)?;
-        let executable = runtime.load_module_from_bytes(signature.name, library)?;
-        VirtualMachine::initialize(runtime, signature, executable, weights, device)
-    }
+// SAFETY: a VM has no affinity to the thread that made it; an `Instance` is owned by
+// one thread at a time (it is not `Sync`), so its VM runs one call at a time.
+unsafe impl Send for Instance {}
 
-    /// Loads a model from a library file on disk (e.g. `$OUT_DIR/relax/<model>/<model>.so`).
-    pub fn load_file(
-        signature: &'static ModelSignature,
-        library: &Path,
-        weights: Option<&[u8]>,
-        device: Device,
-    ) -> Result<VirtualMachine> {
-        let runtime = Runtime::get_or_load(signature.runtime_library_dirs)?;
-        let executable = runtime.load_module_from_file(signature.name, library)?;
-        VirtualMachine::initialize(runtime, signature, executable, weights, device)
-    }
-
-    fn initialize(
-        runtime: &Runtime,
-        signature: &'static ModelSignature,
-        executable: Object,
-        weights: Option<&[u8]>,
-        device: Device,
-    ) -> Result<VirtualMachine> {
-        let model = signature.name;
-        let weights = weights::load(signature, weights)?;
-        let load_executable = runtime
-            .module_function(&executable, "vm_load_executable")?
-            .ok_or_else(|| Error::LibraryLoad {
-                path: format!("<library of model `{model}`>").into(),
-                message: "it is not a Relax VM executable (no `vm_load_executable`)".to_string(),
+impl Instance {
+    pub(crate) fn create(model: &Model) -> Result<Instance> {
+        let name = &model.signature.name;
+        let module = model.library.create_vm(name)?;
+        let initialization =
+            object::module_function(&module, "vm_initialization")?.ok_or_else(|| {
+                Error::LibraryLoad {
+                    path: model.library.origin.clone().into(),
+                    message: "its VM has no `vm_initialization`".to_string(),
+                }
             })?;
-        let module = match object::call(&load_executable, &mut [], || {
-            format!("creating the VM of model `{model}`")
-        })? {
-            Value::Object(module) => module,
-            other => {
-                return Err(Error::UnexpectedOutput {
-                    model: model.to_string(),
-                    function: "vm_load_executable".to_string(),
-                    expected: "a VM module".to_string(),
-                    found: other.describe(),
-                })
-            }
-        };
-        let initialization = runtime
-            .module_function(&module, "vm_initialization")?
-            .expect("every Relax VM has vm_initialization");
+        let device = model.device;
         let dlpack = device.to_dlpack();
         let mut arguments = vec![
             argument::int(i64::from(dlpack.device_type)),
@@ -104,99 +70,41 @@ impl VirtualMachine {
                 argument::int(POOLED_ALLOCATOR),
             ]);
         }
-        object::call(&initialization, &mut arguments, || {
-            format!("initializing the VM of model `{model}` on {device:?}")
+        object::call(Callee::Object(&initialization), &mut arguments, || {
+            format!("initializing a VM of model `{name}` on {device:?}")
         })?;
-        Ok(VirtualMachine {
-            signature,
-            module,
-            weights,
-            device,
-        })
-    }
-
-    /// The model's compiled signature.
-    pub fn signature(&self) -> &'static ModelSignature {
-        self.signature
-    }
-
-    /// The device the VM runs on.
-    pub fn device(&self) -> Device {
-        self.device
-    }
-
-    /// Looks up a function of the model, with its weights bound.
-    pub fn function(&self, name: &str) -> Result<Function> {
-        let model = self.signature.name;
-        let not_found = || Error::FunctionNotFound {
-            model: model.to_string(),
-            function: name.to_string(),
-            available: self
-                .signature
-                .functions
-                .iter()
-                .map(|function| function.name)
-                .collect::<Vec<_>>()
-                .join(", "),
-        };
-        let signature = self
+        let functions = model
             .signature
             .functions
             .iter()
-            .find(|function| function.name == name)
-            .ok_or_else(not_found)?;
-        let handle = Runtime::loaded()
-            .module_function(&self.module, name)?
-            .ok_or_else(not_found)?;
-        let weights = signature
-            .weights
-            .iter()
-            .map(|weight| self.weights[weight.name].clone())
-            .collect();
-        Ok(Function {
-            model,
-            signature,
-            handle,
-            weights,
-            _vm: self.module.clone(),
+            .map(|function| {
+                object::module_function(&module, &function.name)?.ok_or_else(|| {
+                    Error::FunctionNotFound {
+                        model: name.clone(),
+                        function: function.name.clone(),
+                        available: format!(
+                            "(the signature declares it, but {} does not define it: is it the library of another model?)",
+                            model.library.origin
+                        ),
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Instance {
+            _module: module,
+            functions,
         })
     }
-}
 
-/// A function of a loaded model, ready to call.
-pub struct Function {
-    model: &'static str,
-    signature: &'static FunctionSignature,
-    handle: Object,
-    weights: Vec<Tensor>,
-    /// Keeps the VM alive as long as the function.
-    _vm: Object,
-}
-
-// Like the VM it belongs to, a function runs one call at a time.
-unsafe impl Send for Function {}
-
-/// What a function returned: a tensor, or a tuple of outputs.
-#[derive(Debug, Clone)]
-pub enum Output {
-    Tensor(Tensor),
-    Tuple(Vec<Output>),
-}
-
-impl Function {
-    /// The function's compiled signature.
-    pub fn signature(&self) -> &'static FunctionSignature {
-        self.signature
-    }
-
-    /// Calls the function after checking `inputs` against its signature.
+    /// Calls function `index` after checking `inputs` against its signature.
     ///
-    /// Up to 16 arguments (inputs and weights) are passed from the stack, so a call
-    /// allocates nothing on the Rust side; tensors made in Rust are wrapped for TVM on
-    /// their first call only.
-    pub fn call(&self, inputs: &[&Tensor]) -> Result<Output> {
-        self.signature.check_inputs(self.model, inputs)?;
-        let count = inputs.len() + self.weights.len();
+    /// Up to 16 arguments (inputs and weights) are passed from the stack; tensors made
+    /// in Rust are wrapped for TVM on their first call only.
+    pub(crate) fn call(&self, model: &Model, index: usize, inputs: &[&Tensor]) -> Result<Output> {
+        let signature = &model.signature.functions[index];
+        signature.check_inputs(&model.signature.name, inputs)?;
+        let weights = &model.weights[index];
+        let count = inputs.len() + weights.len();
         let mut inline = [argument::none(); INLINE_ARGUMENTS];
         let mut spilled = Vec::new();
         let arguments = if count <= INLINE_ARGUMENTS {
@@ -207,73 +115,209 @@ impl Function {
         };
         for (slot, tensor) in arguments
             .iter_mut()
-            .zip(inputs.iter().copied().chain(&self.weights))
+            .zip(inputs.iter().copied().chain(weights))
         {
             *slot = tensor.tvm_object()?.as_argument();
         }
-        let value = object::call(&self.handle, arguments, || {
+        let value = object::call(Callee::Object(&self.functions[index]), arguments, || {
             format!(
                 "calling `{}` of model `{}`",
-                self.signature.name, self.model
+                signature.name, model.signature.name
             )
         })?;
-        self.to_output(value)
+        to_output(model, signature, value)
     }
+}
 
-    /// Calls a function that returns one tensor.
-    pub fn call_single(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        match self.call(inputs)? {
-            Output::Tensor(tensor) => Ok(tensor),
-            Output::Tuple(items) => {
-                Err(self.unexpected("a tensor", format!("a tuple of {}", items.len())))
-            }
+fn to_output(model: &Model, signature: &FunctionSignature, value: Value) -> Result<Output> {
+    let unexpected = |found: String| Error::UnexpectedOutput {
+        model: model.signature.name.clone(),
+        function: signature.name.clone(),
+        expected: "a tensor or a tuple".to_string(),
+        found,
+    };
+    match value {
+        Value::Object(object) if object.type_index() == sys::TVMFFITypeIndex_kTVMFFITensor => {
+            Ok(Output::Tensor(Tensor::from_tvm(object)?))
+        }
+        Value::Object(object) if object.type_index() == sys::TVMFFITypeIndex_kTVMFFIArray => {
+            let items = object::array_items(&object)?;
+            Ok(Output::Tuple(
+                items
+                    .into_iter()
+                    .map(|item| to_output(model, signature, item))
+                    .collect::<Result<_>>()?,
+            ))
+        }
+        other => Err(unexpected(other.describe())),
+    }
+}
+
+/// What a function returned: a tensor, or a tuple of outputs.
+#[derive(Debug, Clone)]
+pub enum Output {
+    /// A single tensor.
+    Tensor(Tensor),
+    /// A tuple (possibly nested).
+    Tuple(Vec<Output>),
+}
+
+impl Output {
+    /// The tensor, when the output is one.
+    pub fn into_tensor(self) -> Option<Tensor> {
+        match self {
+            Output::Tensor(tensor) => Some(tensor),
+            Output::Tuple(_) => None,
         }
     }
 
-    /// Calls a function that returns a tuple of `N` tensors.
-    pub fn call_tuple<const N: usize>(&self, inputs: &[&Tensor]) -> Result<[Tensor; N]> {
-        let expected = || format!("a tuple of {N} tensors");
-        let items = match self.call(inputs)? {
+    pub(crate) fn single(self, model: &str, function: &str) -> Result<Tensor> {
+        match self {
+            Output::Tensor(tensor) => Ok(tensor),
+            Output::Tuple(items) => Err(Error::UnexpectedOutput {
+                model: model.to_string(),
+                function: function.to_string(),
+                expected: "a tensor".to_string(),
+                found: format!("a tuple of {}", items.len()),
+            }),
+        }
+    }
+
+    pub(crate) fn tuple<const N: usize>(self, model: &str, function: &str) -> Result<[Tensor; N]> {
+        let unexpected = |found: String| Error::UnexpectedOutput {
+            model: model.to_string(),
+            function: function.to_string(),
+            expected: format!("a tuple of {N} tensors"),
+            found,
+        };
+        let items = match self {
             Output::Tuple(items) => items,
-            Output::Tensor(_) => return Err(self.unexpected(&expected(), "a tensor".to_string())),
+            Output::Tensor(_) => return Err(unexpected("a tensor".to_string())),
         };
         let count = items.len();
         let tensors: Vec<Tensor> = items
             .into_iter()
-            .map(|item| match item {
-                Output::Tensor(tensor) => Ok(tensor),
-                Output::Tuple(_) => Err(self.unexpected(&expected(), "a nested tuple".to_string())),
+            .map(|item| {
+                item.into_tensor()
+                    .ok_or_else(|| unexpected("a nested tuple".to_string()))
             })
             .collect::<Result<_>>()?;
         tensors
             .try_into()
-            .map_err(|_| self.unexpected(&expected(), format!("a tuple of {count}")))
+            .map_err(|_| unexpected(format!("a tuple of {count}")))
+    }
+}
+
+/// One Relax VM of a loaded model, for calls from one thread at a time.
+///
+/// `Send` (move it to the thread that uses it) but not `Sync`: a VM runs one call at a
+/// time. To call a model from several threads, share a [`Session`](crate::Session)
+/// (or the generated `Model`), which keeps a VM per concurrent call.
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<relax_runtime::VirtualMachine>();
+/// ```
+pub struct VirtualMachine {
+    model: Arc<Model>,
+    instance: Instance,
+}
+
+impl VirtualMachine {
+    pub(crate) fn new(model: Arc<Model>) -> Result<VirtualMachine> {
+        let instance = Instance::create(&model)?;
+        Ok(VirtualMachine { model, instance })
     }
 
-    fn to_output(&self, value: Value) -> Result<Output> {
-        match value {
-            Value::Object(object) if object.type_index() == sys::TVMFFITypeIndex_kTVMFFITensor => {
-                Ok(Output::Tensor(Tensor::from_tvm(object)))
-            }
-            Value::Object(object) if object.type_index() == sys::TVMFFITypeIndex_kTVMFFIArray => {
-                let items = Runtime::loaded().array_items(&object)?;
-                Ok(Output::Tuple(
-                    items
-                        .into_iter()
-                        .map(|item| self.to_output(item))
-                        .collect::<Result<_>>()?,
-                ))
-            }
-            other => Err(self.unexpected("a tensor or a tuple", other.describe())),
-        }
+    /// The device the VM runs on.
+    pub fn device(&self) -> Device {
+        self.model.device
     }
 
-    fn unexpected(&self, expected: &str, found: String) -> Error {
-        Error::UnexpectedOutput {
-            model: self.model.to_string(),
-            function: self.signature.name.to_string(),
-            expected: expected.to_string(),
-            found,
-        }
+    /// The names of the model's functions.
+    pub fn function_names(&self) -> impl Iterator<Item = &str> {
+        self.model
+            .signature
+            .functions
+            .iter()
+            .map(|function| function.name.as_str())
+    }
+
+    /// A function of the model, by its Relax name.
+    ///
+    /// # Errors
+    ///
+    /// When the model has no function of that name (the message lists those it has).
+    pub fn function(&self, name: &str) -> Result<Function<'_>> {
+        let index = self.model.signature.function_index(name)?;
+        Ok(Function { vm: self, index })
+    }
+
+    /// Calls the function named `name` with `inputs` (weights are bound already).
+    ///
+    /// # Errors
+    ///
+    /// See [`Function::call`].
+    pub fn call(&self, name: &str, inputs: &[&Tensor]) -> Result<Output> {
+        self.function(name)?.call(inputs)
+    }
+}
+
+/// A function of a [`VirtualMachine`], ready to call.
+///
+/// It borrows its VM, so it stays on the VM's thread:
+///
+/// ```compile_fail
+/// fn send<T: Send>() {}
+/// send::<relax_runtime::Function<'static>>();
+/// ```
+pub struct Function<'vm> {
+    vm: &'vm VirtualMachine,
+    index: usize,
+}
+
+impl Function<'_> {
+    fn signature(&self) -> &FunctionSignature {
+        &self.vm.model.signature.functions[self.index]
+    }
+
+    /// The function's Relax name.
+    pub fn name(&self) -> &str {
+        &self.signature().name
+    }
+
+    /// The number of inputs the caller passes (weights are bound already).
+    pub fn input_count(&self) -> usize {
+        self.signature().inputs.len()
+    }
+
+    /// Calls the function after checking `inputs` against its signature.
+    ///
+    /// # Errors
+    ///
+    /// When an input's count, dtype or shape does not match (checked before the call
+    /// reaches TVM), or TVM raises an error.
+    pub fn call(&self, inputs: &[&Tensor]) -> Result<Output> {
+        self.vm.instance.call(&self.vm.model, self.index, inputs)
+    }
+
+    /// Calls a function that returns one tensor.
+    ///
+    /// # Errors
+    ///
+    /// As [`Function::call`], and when the function returns a tuple.
+    pub fn call_single(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        self.call(inputs)?
+            .single(&self.vm.model.signature.name, self.name())
+    }
+
+    /// Calls a function that returns a tuple of `N` tensors.
+    ///
+    /// # Errors
+    ///
+    /// As [`Function::call`], and when the function returns something else.
+    pub fn call_tuple<const N: usize>(&self, inputs: &[&Tensor]) -> Result<[Tensor; N]> {
+        self.call(inputs)?
+            .tuple(&self.vm.model.signature.name, self.name())
     }
 }

@@ -1,4 +1,5 @@
-//! Model weights: a safetensors file, read into tensors by parameter name.
+//! Model weights: a safetensors file, read into tensors by parameter name, once per
+//! loaded model and shared by all its VMs.
 
 use std::collections::HashMap;
 
@@ -10,21 +11,19 @@ use crate::signature::{format_dims, Dim, ModelSignature};
 use crate::tensor::Tensor;
 
 /// Reads every weight the model's functions take from safetensors bytes, checking
-/// dtype and shape against the compiled signature.
-pub(crate) fn load(
-    signature: &ModelSignature,
-    bytes: Option<&[u8]>,
-) -> Result<HashMap<&'static str, Tensor>> {
+/// dtype and shape against the compiled signature; returns, per function, its weights
+/// in argument order (a weight several functions take is loaded once).
+pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<Vec<Vec<Tensor>>> {
     let wanted: Vec<_> = signature
         .functions
         .iter()
-        .flat_map(|function| function.weights)
+        .flat_map(|function| &function.weights)
         .collect();
     if wanted.is_empty() {
-        return Ok(HashMap::new());
+        return Ok(vec![Vec::new(); signature.functions.len()]);
     }
     let error = |message: String| Error::Weights {
-        model: signature.name.to_string(),
+        model: signature.name.clone(),
         message,
     };
     let bytes = bytes.ok_or_else(|| {
@@ -32,13 +31,13 @@ pub(crate) fn load(
     })?;
     let file = SafeTensors::deserialize(bytes)
         .map_err(|cause| error(format!("are not a valid safetensors file: {cause}")))?;
-    let mut tensors = HashMap::new();
+    let mut tensors: HashMap<&str, Tensor> = HashMap::new();
     for expected in wanted {
-        if tensors.contains_key(expected.name) {
+        if tensors.contains_key(expected.name.as_str()) {
             continue;
         }
         let view = file
-            .tensor(expected.name)
+            .tensor(&expected.name)
             .map_err(|_| error(format!("have no tensor `{}`", expected.name)))?;
         let dtype = dtype_of(view.dtype()).ok_or_else(|| {
             error(format!(
@@ -57,15 +56,25 @@ pub(crate) fn load(
                 expected.name,
                 view.shape(),
                 expected.dtype,
-                format_dims(expected.shape)
+                format_dims(&expected.shape)
             )));
         }
         tensors.insert(
-            expected.name,
+            &expected.name,
             Tensor::from_bytes(dtype, view.shape(), view.data())?,
         );
     }
-    Ok(tensors)
+    Ok(signature
+        .functions
+        .iter()
+        .map(|function| {
+            function
+                .weights
+                .iter()
+                .map(|weight| tensors[weight.name.as_str()].clone())
+                .collect()
+        })
+        .collect())
 }
 
 fn dtype_of(dtype: StDtype) -> Option<DType> {

@@ -63,8 +63,7 @@ pub fn assert_success(output: &Output, what: &str) {
 pub fn toolchain_python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
-        let cache = relax_build::Config::new().cache().expect("a cache folder");
-        relax_build::toolchain::find_or_provision(None, &cache)
+        relax_build::tooling::toolchain(&relax_build::Config::new().cargo_directives(false))
             .unwrap_or_else(|error| panic!("no TVM toolchain for the tests: {error}"))
             .python
     })

@@ -1,0 +1,1 @@
+"""The modules of relax-build's compile driver (see main.py)."""

@@ -1,0 +1,134 @@
+"""Compiling an IRModule for the target and exporting the library."""
+
+import json
+import os
+import traceback
+
+from .errors import DriverError
+
+
+def make_target(request, extra=None):
+    """The request's target dict (relax-build resolved `mcpu = "native"` already)."""
+    import tvm
+
+    target = dict(request["target"], **(extra or {}))
+    try:
+        return tvm.target.Target(target)
+    except Exception as error:
+        raise DriverError("compile", f"TVM rejects the target {json.dumps(target)}: {error}") from error
+
+
+def backend_passes(target, request, tuned):
+    """The CPU backend pipeline, with relax-runtime's kernels and default schedules.
+
+    Without tuning records, every TIR function left after fusion gets a default CPU
+    schedule (parallel outer loops, vectorized inner loops; see schedules.py).
+    """
+    from tvm import relax
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    from . import schedules
+
+    passes = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+    if not tuned:
+        passes.append(schedules.default_schedule_pass(target))
+    return passes + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
+
+
+def compile_module(ir_module, target, request):
+    """Compiles with the requested pipeline, TIR pipeline and opt level.
+
+    "zero": relax.get_pipeline("zero") as a pre-pass (constant folding, fusion), then the
+    CPU backend pipeline; "cpu": the backend pipeline alone; "default": tvm.compile's
+    "default" pipeline alone. With `offload`, matmuls and convolutions are first
+    rewritten into calls of relax-runtime's kernels (see offload.py). With tuning
+    records, TVM's static_shape_tuning pipeline with no trials (the records' schedules
+    applied) replaces the pre-pass.
+    """
+    import tvm
+    from tvm import relax
+
+    from . import offload
+
+    pipeline = request["pipeline"]
+    if pipeline not in ("zero", "cpu", "default"):
+        raise DriverError("pipeline", f"unknown pipeline `{pipeline}`")
+    records = request.get("tuning_records")
+    try:
+        with tvm.transform.PassContext(opt_level=request.get("opt_level", 3)):
+            if request.get("offload") and pipeline != "default":
+                ir_module = offload.rewrite(ir_module, target)
+            if records:
+                work_dir = checked_records_copy(records, request["output_dir"])
+                with target:
+                    ir_module = relax.get_pipeline(
+                        "static_shape_tuning", total_trials=0, target=target, work_dir=work_dir
+                    )(ir_module)
+            elif pipeline == "zero":
+                ir_module = relax.get_pipeline("zero")(ir_module)
+            if pipeline == "default":
+                relax_pipeline = "default"
+            else:
+                passes = backend_passes(target, request, tuned=bool(records))
+
+                @tvm.transform.module_pass(opt_level=0)
+                def backend(module, _context):
+                    with target:
+                        return tvm.transform.Sequential(passes)(module)
+
+                relax_pipeline = backend
+            return tvm.compile(
+                ir_module, target, relax_pipeline=relax_pipeline, tir_pipeline=request.get("tir_pipeline") or "default"
+            )
+    except DriverError:
+        raise
+    except Exception as error:
+        raise DriverError("compile", f"{type(error).__name__}: {error}", traceback.format_exc(limit=-3)) from error
+
+
+def checked_records_copy(records, output_dir):
+    """Copies the tuning records into output_dir/records, one JSON value a line.
+
+    TVM's JSON database crashes the process on a blank line and on malformed JSON, so
+    blank lines (an editor's trailing newline) are dropped and any other bad line is an
+    error that names the file and line.
+    """
+    work_dir = os.path.join(output_dir, "records")
+    os.makedirs(work_dir, exist_ok=True)
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        lines = []
+        with open(os.path.join(records, name)) as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    json.loads(line)
+                except ValueError as error:
+                    raise DriverError(
+                        "tuning_records",
+                        f"{os.path.join(records, name)} line {number} is not valid JSON ({error}); "
+                        "restore it from version control or run `cargo relax tune` again",
+                    ) from error
+                lines.append(line if line.endswith("\n") else line + "\n")
+        with open(os.path.join(work_dir, name), "w") as handle:
+            handle.writelines(lines)
+    return work_dir
+
+
+def export_library(executable, output_dir, library_name, cross_compiler):
+    from tvm.support import cc
+
+    temporary = os.path.join(output_dir, library_name + ".tmp.so")
+    try:
+        if cross_compiler:
+            executable.export_library(temporary, fcompile=cc.cross_compiler(cross_compiler))
+        else:
+            executable.export_library(temporary)
+    except Exception as error:
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        raise DriverError(
+            "link",
+            f"linking the library with `{cross_compiler or 'the host C++ compiler'}` failed",
+            "\n".join(lines[-6:]),
+        ) from error
+    os.replace(temporary, os.path.join(output_dir, library_name))

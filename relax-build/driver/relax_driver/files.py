@@ -1,0 +1,48 @@
+"""Writing files atomically, and safetensors without the safetensors package."""
+
+import json
+import os
+import struct
+
+
+def write_atomically(path, data):
+    """Writes to a unique temporary name next to `path`, then renames it into place."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    mode = "wb" if isinstance(data, bytes) else "w"
+    try:
+        with open(temporary, mode) as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+SAFETENSORS_DTYPES = {
+    "float16": "F16", "float32": "F32", "float64": "F64", "int8": "I8", "int16": "I16", "int32": "I32",
+    "int64": "I64", "uint8": "U8", "uint16": "U16", "uint32": "U32", "uint64": "U64", "bool": "BOOL",
+}
+
+
+def safetensors_bytes(named_arrays):
+    """Arrays as a safetensors file: 8-byte header length, JSON header, data."""
+    import numpy as np
+
+    header, chunks, offset = {}, [], 0
+    for name, array in named_arrays:
+        array = np.ascontiguousarray(array)
+        data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {
+            "dtype": SAFETENSORS_DTYPES[str(array.dtype)],
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        chunks.append(data)
+        offset += len(data)
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    return struct.pack("<Q", len(encoded)) + encoded + b"".join(chunks)
+
+
+def write_safetensors(path, named_arrays):
+    write_atomically(path, safetensors_bytes(named_arrays))

@@ -1,0 +1,143 @@
+"""ONNX sources: load, apply the manifest's input specs, import with TVM's importer."""
+
+import contextlib
+import io
+import re
+import traceback
+
+from .errors import DriverError
+
+ONNX_EMBED_LIMIT_BYTES = 1 << 20
+
+
+def onnx_dtype_name(elem_type):
+    from onnx import helper
+
+    return str(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def graph_inputs(model):
+    """The graph's real inputs (initializers listed as inputs excluded), by name."""
+    initializers = {init.name for init in model.graph.initializer}
+    return {i.name: i for i in model.graph.input if i.name not in initializers}
+
+
+def pin_inputs(model, inputs, source_path):
+    """Applies the manifest's input specs to the graph's inputs (pin or rename dims).
+
+    A spec that contradicts the graph (unknown input, dtype, rank, a static dim) is an error.
+    """
+    if not inputs:
+        return
+    by_name = graph_inputs(model)
+    for method in inputs:
+        if method["method"] != "main":
+            raise DriverError(
+                "inputs_method",
+                f"an ONNX model has one function, `main`, not `{method['method']}`",
+                subject=method["method"],
+            )
+        for argument in method["arguments"]:
+            name = argument["name"]
+            if name not in by_name:
+                raise DriverError(
+                    "inputs_contradiction",
+                    f"the graph of {source_path} has no input `{name}`",
+                    "graph inputs: " + ", ".join(by_name),
+                )
+            tensor_type = by_name[name].type.tensor_type
+            where = f"input `{name}` of {source_path}"
+            graph_dtype = onnx_dtype_name(tensor_type.elem_type) if tensor_type.elem_type else None
+            if graph_dtype is not None and graph_dtype != argument["dtype"]:
+                raise DriverError(
+                    "inputs_contradiction",
+                    f"{where} is {graph_dtype} in the graph, but the manifest says {argument['dtype']}",
+                )
+            dims = tensor_type.shape.dim if tensor_type.HasField("shape") else None
+            if dims is not None and len(dims) != len(argument["shape"]):
+                raise DriverError(
+                    "inputs_contradiction",
+                    f"{where} has rank {len(dims)} in the graph, but the manifest gives {len(argument['shape'])} dims",
+                )
+            if dims is not None:
+                for index, (dim, wanted) in enumerate(zip(dims, argument["shape"])):
+                    if dim.dim_value > 0 and dim.dim_value != wanted:
+                        raise DriverError(
+                            "inputs_contradiction",
+                            f"{where}: dim {index} is {dim.dim_value} in the graph, but the manifest says {wanted}",
+                        )
+            tensor_type.shape.Clear()
+            for wanted in argument["shape"]:
+                dim = tensor_type.shape.dim.add()
+                if isinstance(wanted, int):
+                    dim.dim_value = wanted
+                else:
+                    dim.dim_param = wanted
+
+
+def read_model(source_path):
+    import onnx
+
+    try:
+        model = onnx.load(source_path)
+    except Exception as error:
+        raise DriverError(
+            "onnx_invalid",
+            f"{source_path} is not an ONNX model ({type(error).__name__}: {str(error)[:200]})",
+        ) from error
+    if not model.graph.node and not model.graph.output:
+        raise DriverError("onnx_invalid", f"{source_path} is not an ONNX model (it has no graph)")
+    return model
+
+
+def load(request):
+    """An .onnx file -> (IRModule, weights or None).
+
+    Initializers are compiled in as constants when `weights` is "embed", or when they
+    total at most ONNX_EMBED_LIMIT_BYTES and `weights` is not "external"; otherwise they
+    become trailing parameters whose values are returned to be written as weights.
+    """
+    import onnx
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    source_path = request["source"]
+    model = read_model(source_path)
+    pin_inputs(model, request["inputs"], source_path)
+    initializer_bytes = sum(onnx.numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
+    mode = request.get("weights_mode") or "auto"
+    external = mode == "external" or (mode == "auto" and initializer_bytes > ONNX_EMBED_LIMIT_BYTES)
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            ir_module = from_onnx(model, keep_params_in_input=external)
+    except tvm.error.OpNotImplemented as error:
+        unsupported = str(error).split(":", 1)[-1].strip()
+        nodes = [
+            node.name or f"#{i}" for i, node in enumerate(model.graph.node) if node.op_type in unsupported.split(", ")
+        ]
+        raise DriverError(
+            "onnx_unsupported",
+            f"TVM's ONNX importer does not support operator(s) {unsupported} (node(s) {', '.join(nodes[:5])})",
+            subject=unsupported,
+        ) from error
+    except Exception as error:
+        failed = re.findall(r"Error converting operator (\w+)", printed.getvalue())
+        if failed:
+            nodes = [node.name or f"#{i}" for i, node in enumerate(model.graph.node) if node.op_type == failed[-1]]
+            first_line = str(error).splitlines()[0][:300] if str(error) else ""
+            raise DriverError(
+                "onnx_unsupported",
+                f"TVM's ONNX importer failed on operator {failed[-1]} (node(s) {', '.join(nodes[:5])}): "
+                f"{type(error).__name__}: {first_line}",
+                subject=failed[-1],
+            ) from error
+        raise DriverError(
+            "onnx_import", f"{type(error).__name__}: {str(error)[:500]}", traceback.format_exc(limit=-3)
+        ) from error
+    weights = None
+    if external:
+        ir_module, params = relax.frontend.detach_params(ir_module)
+        weights = [param.numpy() for param in params.get("main", [])]
+    return ir_module, weights

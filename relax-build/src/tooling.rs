@@ -1,0 +1,272 @@
+//! Not part of relax-build's public API (it may change in any release): the workflows
+//! and types that `cargo relax`, `relax-conformance` and the integration tests use.
+
+use std::path::{Path, PathBuf};
+
+use crate::build_script::{self, CompiledModel};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::metadata::{FileSource, ROOT_KEY};
+use crate::package::Package;
+use crate::resolve::{Resolver, ResolverSettings};
+use crate::runtime_libraries;
+use crate::tuning;
+
+pub use crate::artifacts::ArtifactManifest;
+pub use crate::cache::Cache;
+pub use crate::cargo::Cargo;
+pub use crate::elf::{machine_name, machine_of, target_machine};
+pub use crate::metadata::{Model, PythonSetting};
+pub use crate::prepared::Prepared;
+pub use crate::resolve::ArtifactSource;
+pub use crate::signature::{Dim, Function, Signature, TensorType};
+pub use crate::tensor_spec::{parse as parse_tensor_spec, SpecDim, TensorSpec};
+pub use crate::toolchain::Toolchain;
+pub use crate::versions::{DRIVER_PROTOCOL, TVM_FFI_VERSION, TVM_VERSION};
+
+/// A model's artifacts written to the prepared folder by [`prepare`].
+#[derive(Debug, Clone)]
+pub struct PreparedModel {
+    pub name: String,
+    pub dir: PathBuf,
+    pub source: ArtifactSource,
+}
+
+/// What [`status`] reports of one model.
+#[derive(Debug, Clone)]
+pub struct ModelStatus {
+    pub name: String,
+    pub input_key: String,
+    /// The cache key, when a toolchain was found to compute it.
+    pub cache_key: Option<String>,
+    /// Whether the cache holds a valid entry for it.
+    pub cached: bool,
+    pub prepared: Prepared,
+}
+
+/// The cache `config` uses.
+pub fn cache(config: &Config) -> Result<Cache> {
+    config.cache()
+}
+
+/// The toolchain a build with `config` would use (found or provisioned).
+pub fn toolchain(config: &Config) -> Result<Toolchain> {
+    let cache = config.cache()?;
+    crate::toolchain::Lookup {
+        manifest_python: None,
+        probes_dir: &cache.probes_dir(),
+        cargo: config.cargo(),
+    }
+    .find_or_provision()
+}
+
+/// Compiles every model (through the cache) and writes its artifacts, its fetched
+/// files and the target's runtime libraries to the prepared folder, so later builds
+/// need no Python, network or toolchain. Needs a TVM toolchain.
+pub fn prepare(config: &Config) -> Result<Vec<PreparedModel>> {
+    let package = Package::open(config)?;
+    let resolver = &package.resolver;
+    let mut prepared = Vec::new();
+    for model in &package.metadata.models {
+        let inputs = resolver.key_inputs(model)?;
+        let artifacts = resolver.compile_cached(model, &inputs)?;
+        let dir = crate::prepared::write(
+            resolver.prepared_root(),
+            &artifacts.dir,
+            &artifacts.manifest,
+        )?;
+        for file in &model.files {
+            if let FileSource::Package(package_file) = &file.source {
+                let local = resolver.local_file(&file.source)?;
+                resolver.fetcher().prepare(package_file, &local)?;
+            }
+        }
+        prepared.push(PreparedModel {
+            name: model.name.clone(),
+            dir,
+            source: artifacts.source,
+        });
+    }
+    let dirs = package.runtime_library_dirs()?;
+    let runtime =
+        runtime_libraries::prepared_dir(resolver.prepared_root(), resolver.cargo_target());
+    if !dirs.iter().any(|dir| dir == &runtime) {
+        runtime_libraries::copy_into(&dirs, &runtime, resolver.cargo_target())?;
+    }
+    Ok(prepared)
+}
+
+/// The state of each model's prepared artifact against the current sources and settings.
+pub fn check_prepared(config: &Config) -> Result<Vec<(String, Prepared)>> {
+    let package = Package::open(config)?;
+    let resolver = &package.resolver;
+    package
+        .metadata
+        .models
+        .iter()
+        .map(|model| {
+            let inputs = resolver.key_inputs(model)?;
+            let state = crate::prepared::check(
+                resolver.prepared_root(),
+                &model.name,
+                resolver.cargo_target(),
+                &inputs,
+            );
+            Ok((model.name.clone(), state))
+        })
+        .collect()
+}
+
+/// The Cargo targets that have prepared artifacts in the package's prepared folder.
+pub fn prepared_targets(config: &Config) -> Result<Vec<String>> {
+    let package = Package::open(config)?;
+    Ok(crate::prepared::targets(package.resolver.prepared_root()))
+}
+
+/// Keys, cache and prepared state of each model; looks up the toolchain (to compute
+/// cache keys) unless offline.
+pub fn status(config: &Config) -> Result<(Option<Toolchain>, Vec<ModelStatus>)> {
+    let package = Package::open(config)?;
+    let resolver = &package.resolver;
+    let toolchain = if resolver.offline() {
+        None
+    } else {
+        resolver.toolchain().ok().cloned()
+    };
+    let mut statuses = Vec::new();
+    for model in &package.metadata.models {
+        let inputs = resolver.key_inputs(model)?;
+        let cache_key = toolchain
+            .as_ref()
+            .map(|toolchain| inputs.cache_key(&toolchain.build_hash));
+        let cached = match &cache_key {
+            Some(key) => resolver.cache().entry_dir(key).is_dir(),
+            None => false,
+        };
+        statuses.push(ModelStatus {
+            name: model.name.clone(),
+            input_key: inputs.input_key(),
+            cache_key,
+            cached,
+            prepared: crate::prepared::check(
+                resolver.prepared_root(),
+                &model.name,
+                resolver.cargo_target(),
+                &inputs,
+            ),
+        });
+    }
+    Ok((toolchain, statuses))
+}
+
+/// Tunes with meta-schedule the models that declare `tune` (or only the one named
+/// `only`) and writes their records to `.relax/tuning/<model>/<target>/`; `trials`
+/// (per task) overrides `tune.trials`. Resumes from records already there. Returns
+/// the folders.
+pub fn tune(config: &Config, only: Option<&str>, trials: Option<u32>) -> Result<Vec<PathBuf>> {
+    let package = Package::open(config)?;
+    let resolver = &package.resolver;
+    let models = match only {
+        Some(name) => vec![package.model(name)?],
+        None => package
+            .metadata
+            .models
+            .iter()
+            .filter(|model| model.tune.is_some())
+            .collect(),
+    };
+    if models.is_empty() {
+        return Err(Error::ManifestKey {
+            path: resolver.manifest_path().to_path_buf(),
+            key: format!("{ROOT_KEY}.models"),
+            message: "no model declares tune = { trials = N }; add it to the models to tune, or pass --model"
+                .to_string(),
+        });
+    }
+    if resolver.cargo_target() != resolver.host() {
+        return Err(Error::UnsupportedTarget {
+            target: resolver.cargo_target().to_string(),
+            message: format!(
+                "tuning measures candidates on this machine ({}); tune for the host target (cross targets build untuned)",
+                resolver.host()
+            ),
+        });
+    }
+    let mut dirs = Vec::new();
+    for model in models {
+        let declared = model.tune.ok_or_else(|| Error::ManifestKey {
+            path: resolver.manifest_path().to_path_buf(),
+            key: model.key("tune"),
+            message: "missing: add tune = { trials = 32 } to the model (builds apply records only to models \
+                      that declare it, and --trials only overrides its count)"
+                .to_string(),
+        })?;
+        let trials = trials.unwrap_or(declared.trials);
+        let records = tuning::dir(
+            resolver.prepared_root(),
+            &model.name,
+            resolver.cargo_target(),
+        );
+        resolver.with_job(model, |job| job.tune(&records, trials))?;
+        dirs.push(records);
+    }
+    Ok(dirs)
+}
+
+/// Imports a model without compiling it and returns its functions (`cargo relax add`).
+pub fn inspect(config: &Config, model: &Model) -> Result<Vec<Function>> {
+    let resolver = standalone_resolver(config, model)?;
+    resolver.with_job(model, |job| job.inspect())
+}
+
+/// The folders holding `libtvm_ffi.so` and `libtvm_runtime.so` for the configured
+/// target (fetched for a cross target when missing, unless offline).
+pub fn runtime_library_dirs(config: &Config) -> Result<Vec<PathBuf>> {
+    Package::open(config)?.runtime_library_dirs()
+}
+
+/// A model compiled outside any package (no prepared folder), into `out_dir`.
+pub struct StandaloneModel {
+    pub compiled: CompiledModel,
+    pub signature: Signature,
+    /// The signature JSON, as the runtime takes it.
+    pub signature_json: String,
+}
+
+/// Resolves one model declared in code (see [`Model::from_source`]) and copies its
+/// artifacts into `OUT_DIR/relax/<model>/` (no prepared folder is used).
+pub fn compile_model(config: &Config, model: &Model) -> Result<StandaloneModel> {
+    let out_dir = config.path_or_env(&config.out_dir, "OUT_DIR")?;
+    let resolver = standalone_resolver(config, model)?;
+    let inputs = resolver.key_inputs(model)?;
+    let artifacts = resolver.compile_cached(model, &inputs)?;
+    let compiled =
+        build_script::materialize(&resolver, model, &artifacts, &out_dir.join("relax"), None)?;
+    let signature_path = compiled.library.with_file_name(crate::artifacts::SIGNATURE);
+    let signature = crate::signature::Signature::read(&model.name, &signature_path)?;
+    let signature_json = std::fs::read_to_string(&signature_path).map_err(crate::error::io(
+        format!("reading {}", signature_path.display()),
+    ))?;
+    Ok(StandaloneModel {
+        compiled,
+        signature,
+        signature_json,
+    })
+}
+
+fn standalone_resolver(config: &Config, model: &Model) -> Result<Resolver> {
+    let (target, host) = config.triples()?;
+    let base_target =
+        crate::target::tvm_target(&target, &host, &[]).map_err(|error| error.to_string());
+    Ok(Resolver::new(ResolverSettings {
+        cache: config.cache()?,
+        prepared_root: Path::new("/nonexistent/relax-prepared").to_path_buf(),
+        manifest_path: model.manifest_dir.join("Cargo.toml"),
+        cargo_target: target,
+        host,
+        base_target,
+        offline: false,
+        manifest_python: None,
+        cargo: config.cargo(),
+    }))
+}
