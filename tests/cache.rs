@@ -1,11 +1,7 @@
 //! The content-addressed cache: no-op builds start no Python, a change recompiles only
 //! the model it touches, a corrupted entry is rebuilt, and two builds at once share one entry.
 
-use relax_cargo_tests::{assert_success, fixture_target_dir, IsolatedApp};
-
-fn stdout(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+use relax_cargo_tests::{assert_success, fixture_target_dir, stdout, IsolatedApp};
 
 fn entries(app: &IsolatedApp) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(app.cache_dir.join("entries"))

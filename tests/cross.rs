@@ -6,13 +6,9 @@ use std::path::Path;
 use relax_cargo_tests::{
     assert_success, assert_tensors_close, cargo, cargo_relax, copy_fixture, fixture,
     fixture_target_dir, json_file, line_after, path_without_python, run_fixture, run_under_qemu,
-    workspace_root, CROSS_LINKER, CROSS_TARGET,
+    stdout, workspace_root, CROSS_LINKER, CROSS_TARGET,
 };
 use serde_json::{json, Value};
-
-fn stdout(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 /// `cargo relax bundle` into a new folder; returns the bundled executable.
 fn bundle(selection: &[&str], bin: &str, out: &Path) -> std::path::PathBuf {

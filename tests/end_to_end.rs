@@ -75,3 +75,13 @@ fn every_supported_dtype_a_scalar_and_a_zero_size_dim_match_numpy() {
     assert_eq!(ours.lines().count(), 8, "{ours}");
     assert_eq!(ours, reference);
 }
+
+/// Functions named like Rust keywords (`crate`, `super`, `self`) or like the generated
+/// Model's old field (`vm`) become methods (`crate_`, `super_`, `self_`, `vm`).
+#[test]
+fn functions_named_like_keywords_become_methods() {
+    assert_eq!(
+        run_fixture("tvmscript-pair", &["names"]),
+        "vm: [6.0, 8.0]\ncrate: [9.0, 16.0]\nsuper: [0.0, 0.0]\nself: [3.0, 4.0]\n"
+    );
+}

@@ -479,3 +479,6 @@ fn safetensors_dtype_name(dtype: safetensors::Dtype) -> String {
     }
     .to_string()
 }
+
+#[cfg(test)]
+mod tests;

@@ -286,8 +286,12 @@ fn managed_python(dir: &Path) -> PathBuf {
 
 /// A program on `PATH`, as a shell would find it.
 fn find_on_path(cargo: Cargo, program: &str) -> Option<PathBuf> {
-    let path = env::var(cargo, env::PATH)?;
-    std::env::split_paths(&path)
+    search_path(&env::var(cargo, env::PATH)?, program)
+}
+
+/// The first `<dir>/<program>` of a `PATH` value that is a file.
+fn search_path(path: &std::ffi::OsStr, program: &str) -> Option<PathBuf> {
+    std::env::split_paths(path)
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
 }
@@ -434,4 +438,43 @@ pub fn run(command: &mut Command, what: &str) -> Result<()> {
             crate::text::last_lines(&String::from_utf8_lossy(&output.stderr), 15)
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `python = "python3"` in the manifest is a command looked up on PATH, not a path
+    /// (it used to be checked as a file in the package and reported missing).
+    #[test]
+    fn a_bare_python_name_is_found_on_path() {
+        let first = tempfile::tempdir().unwrap();
+        let second = tempfile::tempdir().unwrap();
+        std::fs::write(second.path().join("python3"), b"#!/bin/sh\n").unwrap();
+        let path = std::env::join_paths([first.path(), second.path()]).unwrap();
+        assert_eq!(
+            search_path(&path, "python3"),
+            Some(second.path().join("python3"))
+        );
+        assert_eq!(search_path(&path, "python4"), None);
+    }
+
+    #[test]
+    fn a_bare_python_name_not_on_path_says_so() {
+        let probes = tempfile::tempdir().unwrap();
+        let setting = PythonSetting::Command("no-such-python-relax-test".to_string());
+        let error = Lookup {
+            manifest_python: Some(&setting),
+            probes_dir: probes.path(),
+            cargo: Cargo::TOOL,
+        }
+        .find_or_provision()
+        .unwrap_err()
+        .to_string();
+        // (RELAX_PYTHON, which would be tried first, is not set when the tests run.)
+        assert!(
+            error.contains("`package.metadata.relax.python` = no-such-python-relax-test cannot be used: `no-such-python-relax-test` is not a program on PATH"),
+            "{error}"
+        );
+    }
 }

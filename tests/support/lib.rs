@@ -48,6 +48,16 @@ pub fn run_fixture(name: &str, args: &[&str]) -> String {
     String::from_utf8(output.stdout).expect("utf-8 output")
 }
 
+/// A process's stdout, lossily decoded.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A process's stderr, lossily decoded.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// Panics with stdout and stderr when `output` is a failure.
 pub fn assert_success(output: &Output, what: &str) {
     assert!(
@@ -295,6 +305,9 @@ pub fn test_python() -> &'static Path {
     })
 }
 
+/// The Cargo target of this machine (the tests run on x86_64 Linux).
+pub const HOST: &str = "x86_64-unknown-linux-gnu";
+
 /// The Cargo target the cross tests build for.
 pub const CROSS_TARGET: &str = "aarch64-unknown-linux-gnu";
 
@@ -359,6 +372,46 @@ impl IsolatedApp {
     /// `cargo build --quiet`, which must succeed.
     pub fn build(&self, what: &str) {
         assert_success(&self.cargo(&["build", "--quiet"]), what);
+    }
+
+    /// The app's `Cargo.toml`.
+    pub fn manifest(&self) -> PathBuf {
+        self.dir.join("Cargo.toml")
+    }
+
+    /// `cargo relax <args> --manifest-path <app>` with the app's Python log and cache.
+    pub fn cargo_relax(&self, args: &[&str]) -> Output {
+        let manifest = self.manifest();
+        let mut all = args.to_vec();
+        all.extend(["--manifest-path", manifest.to_str().unwrap()]);
+        cargo_relax(
+            &all,
+            &[
+                ("RELAX_PYTHON", self.python.wrapper.to_str().unwrap()),
+                ("RELAX_CACHE_DIR", self.cache_dir.to_str().unwrap()),
+            ],
+        )
+    }
+
+    /// `cargo <args>` with no Python anywhere: RELAX_PYTHON unset, PATH without one, an
+    /// empty cache, and a managed toolchain folder that is empty and cannot be made.
+    pub fn cargo_without_python(&self, args: &[&str], extra: &[(&str, &str)]) -> Output {
+        let mut command =
+            Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()));
+        command
+            .current_dir(&self.dir)
+            .args(args)
+            .env("CARGO_TARGET_DIR", fixture_target_dir())
+            .env("PATH", path_without_python(self.temp()))
+            .env("RELAX_TOOLCHAIN_DIR", self.temp().join("no-toolchain"))
+            .env("RELAX_BOOTSTRAP_PYTHON", "/nonexistent/python3")
+            .env("RELAX_CACHE_DIR", self.temp().join("empty-cache"))
+            .env_remove("VIRTUAL_ENV")
+            .env_remove("RELAX_PYTHON")
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .envs(extra.iter().copied());
+        command.output().unwrap()
     }
 
     /// Appends `text` to a file of the app (a change of content, so of its key).
