@@ -169,17 +169,64 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .find(|(case, _)| *case == name)
             .map_or(f64::NAN, |(_, ratio)| *ratio)
     };
+    let mlp = &cases[0].tuned;
+    let seconds = timing.seconds * 2.0;
+    let latency_mode = throughput(mlp, &[1, 784], 1, seconds)?;
+    relax_runtime::set_threads_per_call(1);
+    let one = throughput(mlp, &[1, 784], 1, seconds)?;
+    let two = throughput(mlp, &[1, 784], 2, seconds)?;
+    relax_runtime::set_threads_per_call(0);
     println!();
     println!(
-        "summary: mlp_b1_vs_ort={:.3} mlp_b64_vs_ort={:.3} cnn_vs_ort={:.3} matmul_vs_ort={:.3} matmul_vs_openblas={:.3} add_overhead_us={:.2}",
+        "mlp_b1, one Model shared by request threads (1 thread per call): 1 thread {one:.0} calls/s, \
+         2 threads {two:.0} calls/s, ratio {:.2} (one caller with {THREADS} threads per call: {latency_mode:.0} calls/s)",
+        two / one
+    );
+    println!();
+    println!(
+        "summary: mlp_b1_vs_ort={:.3} mlp_b64_vs_ort={:.3} cnn_vs_ort={:.3} matmul_vs_ort={:.3} matmul_vs_openblas={:.3} add_overhead_us={:.2} shared_model_2_threads_vs_1={:.2}",
         ratio("mlp_b1"),
         ratio("mlp_b64"),
         ratio("cnn"),
         ratio("matmul"),
         ratio("matmul_vs_openblas"),
-        add_overhead
+        add_overhead,
+        two / one
     );
     Ok(())
+}
+
+/// Calls per second of `session`'s `main` from `threads` threads sharing it, each
+/// calling as fast as it can for `seconds`.
+fn throughput(
+    session: &Session,
+    shape: &[usize],
+    threads: usize,
+    seconds: f64,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let input = random_tensor(shape, 7)?;
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    std::thread::scope(|scope| -> relax_runtime::Result<()> {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| -> relax_runtime::Result<()> {
+                    // Warm this thread's VM and TVM thread pool first.
+                    session.call("main", &[&input])?;
+                    while Instant::now() < deadline {
+                        session.call("main", &[&input])?;
+                        calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().expect("a benchmark thread panicked")?;
+        }
+        Ok(())
+    })?;
+    Ok(calls.into_inner() as f64 / seconds)
 }
 
 /// Median seconds of one call of `main` with seeded random inputs.

@@ -13,11 +13,12 @@ const FFI_LIBRARY: &str = "libtvm_ffi.so";
 const RUNTIME_LIBRARY: &str = "libtvm_runtime.so";
 
 /// The global functions relax-runtime calls, by name.
-pub(crate) const GLOBALS: [&str; 4] = [
+pub(crate) const GLOBALS: [&str; 5] = [
     "ffi.Module.load_from_file.so",
     "ffi.ModuleGetFunction",
     "ffi.ArraySize",
     "ffi.ArrayGetItem",
+    "runtime.config_threadpool",
 ];
 
 /// The loaded runtime: the C ABI's function table and raw handles of the global

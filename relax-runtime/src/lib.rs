@@ -79,6 +79,7 @@ mod locate;
 mod object;
 mod session;
 mod tensor;
+mod threads;
 mod vm;
 mod weights;
 
@@ -97,6 +98,7 @@ pub use error::{Error, Result};
 pub use locate::RUNTIME_DIR_VARIABLE;
 pub use session::Session;
 pub use tensor::Tensor;
+pub use threads::{set_threads_per_call, threads_per_call};
 pub use vm::{Function, Output, VirtualMachine};
 
 /// Includes the typed module that relax-build generated for a model.

@@ -195,7 +195,10 @@ pub(crate) const MODULE_GET_FUNCTION: usize = 1;
 pub(crate) const ARRAY_SIZE: usize = 2;
 /// Index of `ffi.ArrayGetItem`.
 pub(crate) const ARRAY_GET_ITEM: usize = 3;
-const _: () = assert!(GLOBALS.len() == 4);
+/// Index of `runtime.config_threadpool`.
+pub(crate) const CONFIG_THREADPOOL: usize = 4;
+
+const _: () = assert!(GLOBALS.len() == 5);
 
 /// Calls a tvm-ffi function with borrowed arguments.
 ///

@@ -16,7 +16,12 @@ use crate::sys;
 use crate::tensor::Tensor;
 
 /// TVM's pooled memory allocator (`relax.VirtualMachine`'s default).
-const POOLED_ALLOCATOR: i64 = 2;
+fn allocator() -> i64 {
+    std::env::var("RELAX_ALLOC")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
 
 /// Arguments passed from the stack; calls with more use a heap buffer.
 const INLINE_ARGUMENTS: usize = 16;
@@ -59,7 +64,7 @@ impl Instance {
         let mut arguments = vec![
             argument::int(i64::from(dlpack.device_type)),
             argument::int(i64::from(dlpack.device_id)),
-            argument::int(POOLED_ALLOCATOR),
+            argument::int(allocator()),
         ];
         if device.kind != DeviceKind::Cpu {
             // The VM needs the host CPU last, for shape computations.
@@ -67,7 +72,7 @@ impl Instance {
             arguments.extend([
                 argument::int(i64::from(cpu.device_type)),
                 argument::int(i64::from(cpu.device_id)),
-                argument::int(POOLED_ALLOCATOR),
+                argument::int(allocator()),
             ]);
         }
         object::call(Callee::Object(&initialization), &mut arguments, || {
@@ -103,6 +108,7 @@ impl Instance {
     pub(crate) fn call(&self, model: &Model, index: usize, inputs: &[&Tensor]) -> Result<Output> {
         let signature = &model.signature.functions[index];
         signature.check_inputs(&model.signature.name, inputs)?;
+        crate::threads::apply_to_this_thread()?;
         let weights = &model.weights[index];
         let count = inputs.len() + weights.len();
         let mut inline = [argument::none(); INLINE_ARGUMENTS];

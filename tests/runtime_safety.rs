@@ -1,0 +1,163 @@
+//! What relax-runtime refuses instead of crashing, and what it needs from the system:
+//! no writable temporary folder, a damaged executable caught by its recorded sha256,
+//! and library files that are truncated, for another machine, of another model, or
+//! named relative to the current folder.
+
+use std::path::{Path, PathBuf};
+
+use relax_cargo_tests::{
+    assert_success, cargo, fixture, fixture_target_dir, stderr, stdout, workspace_root,
+};
+
+/// The release quickstart, built once (the quickstart test builds the same).
+fn quickstart() -> PathBuf {
+    let output = cargo(
+        workspace_root(),
+        &["build", "--quiet", "--release", "-p", "quickstart"],
+        &[],
+    );
+    assert_success(&output, "cargo build -p quickstart");
+    fixture_target_dir().join("release/quickstart")
+}
+
+/// The artifacts folder of a model in a fixture build's OUT_DIR.
+fn out_dir_model(profile: &str, package: &str, model: &str) -> PathBuf {
+    let build = fixture_target_dir().join(profile).join("build");
+    std::fs::read_dir(&build)
+        .unwrap()
+        .map(|entry| entry.unwrap().path().join("out/relax").join(model))
+        .filter(|dir| {
+            dir.join("library.so").is_file()
+                && dir.to_string_lossy().contains(&format!("/{package}-"))
+        })
+        .max_by_key(|dir| {
+            std::fs::metadata(dir.join("library.so"))
+                .unwrap()
+                .modified()
+                .unwrap()
+        })
+        .unwrap_or_else(|| panic!("no built {model} in {}", build.display()))
+}
+
+#[test]
+fn models_load_with_no_writable_temporary_folder() {
+    let output = std::process::Command::new(quickstart())
+        .env("TMPDIR", "/nonexistent/tmp")
+        .output()
+        .unwrap();
+    assert_success(&output, "the quickstart with TMPDIR=/nonexistent/tmp");
+    assert!(
+        stdout(&output).starts_with("accuracy: 0.9722"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn a_damaged_executable_is_refused_before_its_model_loads() {
+    let binary = quickstart();
+    let library =
+        std::fs::read(out_dir_model("release", "quickstart", "digits").join("library.so")).unwrap();
+    let mut bytes = std::fs::read(&binary).unwrap();
+    let at = bytes
+        .windows(library.len())
+        .position(|window| window == library.as_slice())
+        .expect("the executable embeds the model library");
+    bytes[at + library.len() / 2] ^= 0x5a;
+    let temp = tempfile::tempdir().unwrap();
+    let damaged = temp.path().join("quickstart");
+    std::fs::write(&damaged, &bytes).unwrap();
+    std::fs::set_permissions(
+        &damaged,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let output = std::process::Command::new(&damaged).output().unwrap();
+    assert!(!output.status.success(), "a damaged model must not run");
+    let message = stderr(&output);
+    assert!(
+        message.contains("model `digits`: the library embedded for model `digits` has sha256 ")
+            && message.contains("but relax-build recorded ")
+            && message.contains("the executable is damaged; build it again"),
+        "{message}"
+    );
+}
+
+/// The nn-mlp fixture's executable, built.
+fn nn_mlp() -> PathBuf {
+    let output = cargo(&fixture("nn-mlp"), &["build", "--quiet"], &[]);
+    assert_success(&output, "cargo build of the nn-mlp fixture");
+    fixture_target_dir().join("debug/fixture-nn-mlp")
+}
+
+/// Runs the nn-mlp fixture's `load-file` mode in `dir`.
+fn load_file(dir: &Path, library: &str, signature: &Path) -> String {
+    let output = std::process::Command::new(nn_mlp())
+        .args(["load-file", library])
+        .arg(signature)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert_success(&output, "fixture-nn-mlp load-file");
+    stdout(&output)
+}
+
+#[test]
+fn library_files_that_cannot_work_are_refused_with_a_reason() {
+    let binary = nn_mlp();
+    let model = out_dir_model("debug", "fixture-nn-mlp", "tiny_mlp");
+    let signature = model.join("signature.json");
+    let bytes = std::fs::read(model.join("library.so")).unwrap();
+    let temp = tempfile::tempdir().unwrap();
+
+    // A bare relative name is the file in the current folder (dlopen would search its paths).
+    std::fs::write(temp.path().join("t.so"), &bytes).unwrap();
+    let weights = model.join("weights.safetensors");
+    let output = std::process::Command::new(&binary)
+        .args(["load-file", "t.so"])
+        .arg(&signature)
+        .arg(&weights)
+        .current_dir(temp.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&output),
+        "loaded embed, forward\n",
+        "{}",
+        stderr(&output)
+    );
+
+    let truncated = temp.path().join("truncated.so");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let message = load_file(temp.path(), truncated.to_str().unwrap(), &signature);
+    assert!(
+        message.contains("is truncated or damaged: its headers describe more than its"),
+        "{message}"
+    );
+
+    let mut aarch64 = bytes.clone();
+    aarch64[18..20].copy_from_slice(&183u16.to_le_bytes());
+    let foreign = temp.path().join("aarch64.so");
+    std::fs::write(&foreign, &aarch64).unwrap();
+    let message = load_file(temp.path(), foreign.to_str().unwrap(), &signature);
+    assert!(
+        message.contains("is AArch64 code, but this process runs on x86-64; load the library compiled for this machine's target"),
+        "{message}"
+    );
+
+    // The signature of another model over this library.
+    let other = temp.path().join("other.json");
+    std::fs::write(
+        &other,
+        r#"{"model": "sym", "target": "{}", "functions": [{"name": "colsum", "inputs": [], "weights": [], "outputs": [], "returns_tuple": false}]}"#,
+    )
+    .unwrap();
+    std::fs::write(temp.path().join("mlp.so"), &bytes).unwrap();
+    let message = load_file(temp.path(), "mlp.so", &other);
+    assert!(
+        message.contains(
+            "model `sym` has no function `colsum`; it has: (the signature declares it, but "
+        ) && message.contains("does not define it: is it the library of another model?)"),
+        "{message}"
+    );
+}
