@@ -76,6 +76,65 @@ fn quickstart_for_aarch64_runs_under_qemu_like_the_native_build() {
     );
 }
 
+/// The sentence-embeddings example (a real 6-layer encoder, its weights and tokenizer
+/// fetched at build time) prints the same similarity matrix under qemu.
+#[test]
+fn sentence_embeddings_for_aarch64_print_the_native_matrix() {
+    let sentences = [
+        "The weather is lovely today.",
+        "It's so sunny outside!",
+        "He drove to the stadium.",
+    ];
+    let build = cargo(
+        workspace_root(),
+        &[
+            "build",
+            "--quiet",
+            "--release",
+            "--target",
+            CROSS_TARGET,
+            "-p",
+            "sentence-embeddings",
+        ],
+        &[],
+    );
+    assert_success(&build, "cross build of sentence-embeddings");
+    let temp = tempfile::tempdir().unwrap();
+    let executable = bundle(
+        &["-p", "sentence-embeddings"],
+        "sentence-embeddings",
+        temp.path(),
+    );
+    let emulated = run_under_qemu(&executable, &sentences, temp.path());
+    assert_success(&emulated, "the aarch64 sentence-embeddings under qemu");
+    let mut args = vec![
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "sentence-embeddings",
+        "--",
+    ];
+    args.extend(sentences);
+    let native = cargo(workspace_root(), &args, &[]);
+    assert_success(&native, "the native sentence-embeddings");
+    let matrix = |output: &str| -> Vec<String> {
+        output
+            .lines()
+            .skip_while(|line| !line.starts_with("cosine similarity:"))
+            .take(5)
+            .map(str::to_string)
+            .collect()
+    };
+    let (emulated, native) = (stdout(&emulated), stdout(&native));
+    assert_eq!(matrix(&emulated).len(), 5, "{emulated}");
+    assert_eq!(
+        matrix(&emulated),
+        matrix(&native),
+        "emulated:\n{emulated}\nnative:\n{native}"
+    );
+}
+
 #[test]
 fn nn_fixture_for_aarch64_matches_the_native_build_to_1e_5() {
     let manifest = fixture("nn-mlp").join("Cargo.toml");

@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use relax_cargo_tests::{
-    assert_success, cargo, fixture, fixture_target_dir, stderr, stdout, workspace_root,
+    assert_success, built_model_dir, cargo, fixture, fixture_target_dir, stderr, stdout,
+    workspace_root,
 };
 
 /// The release quickstart, built once (the quickstart test builds the same).
@@ -18,25 +19,6 @@ fn quickstart() -> PathBuf {
     );
     assert_success(&output, "cargo build -p quickstart");
     fixture_target_dir().join("release/quickstart")
-}
-
-/// The artifacts folder of a model in a fixture build's OUT_DIR.
-fn out_dir_model(profile: &str, package: &str, model: &str) -> PathBuf {
-    let build = fixture_target_dir().join(profile).join("build");
-    std::fs::read_dir(&build)
-        .unwrap()
-        .map(|entry| entry.unwrap().path().join("out/relax").join(model))
-        .filter(|dir| {
-            dir.join("library.so").is_file()
-                && dir.to_string_lossy().contains(&format!("/{package}-"))
-        })
-        .max_by_key(|dir| {
-            std::fs::metadata(dir.join("library.so"))
-                .unwrap()
-                .modified()
-                .unwrap()
-        })
-        .unwrap_or_else(|| panic!("no built {model} in {}", build.display()))
 }
 
 #[test]
@@ -57,7 +39,8 @@ fn models_load_with_no_writable_temporary_folder() {
 fn a_damaged_executable_is_refused_before_its_model_loads() {
     let binary = quickstart();
     let library =
-        std::fs::read(out_dir_model("release", "quickstart", "digits").join("library.so")).unwrap();
+        std::fs::read(built_model_dir("release", "quickstart", "digits").join("library.so"))
+            .unwrap();
     let mut bytes = std::fs::read(&binary).unwrap();
     let at = bytes
         .windows(library.len())
@@ -105,7 +88,7 @@ fn load_file(dir: &Path, library: &str, signature: &Path) -> String {
 #[test]
 fn library_files_that_cannot_work_are_refused_with_a_reason() {
     let binary = nn_mlp();
-    let model = out_dir_model("debug", "fixture-nn-mlp", "tiny_mlp");
+    let model = built_model_dir("debug", "fixture-nn-mlp", "tiny_mlp");
     let signature = model.join("signature.json");
     let bytes = std::fs::read(model.join("library.so")).unwrap();
     let temp = tempfile::tempdir().unwrap();

@@ -39,6 +39,30 @@ pub fn cargo(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .unwrap_or_else(|error| panic!("running cargo in {}: {error}", dir.display()))
 }
 
+/// The artifacts folder (`OUT_DIR/relax/<model>`) of the newest build of `package` in
+/// the fixture target dir, for `profile` (`debug`, `release`, or `<target>/release`).
+pub fn built_model_dir(profile: &str, package: &str, model: &str) -> PathBuf {
+    let build = fixture_target_dir().join(profile).join("build");
+    std::fs::read_dir(&build)
+        .unwrap_or_else(|error| panic!("reading {}: {error}", build.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|dir| {
+            dir.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{package}-"))
+        })
+        .map(|dir| dir.join("out/relax").join(model))
+        .filter(|dir| dir.join("library.so").is_file())
+        .max_by_key(|dir| {
+            std::fs::metadata(dir.join("library.so"))
+                .unwrap()
+                .modified()
+                .unwrap()
+        })
+        .unwrap_or_else(|| panic!("no built {model} of {package} in {}", build.display()))
+}
+
 /// Builds and runs a fixture app with `args`; panics with cargo's output on failure.
 pub fn run_fixture(name: &str, args: &[&str]) -> String {
     let mut all = vec!["run", "--quiet", "--"];
