@@ -1,3 +1,60 @@
+//! Generates ResNet-50 (its 100 MB of random weights are not committed) into OUT_DIR,
+//! compiles the models, then writes the ONNX graph of MiniLM for onnxruntime from the
+//! weights the `minilm` model fetched.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use relax_build::{tooling, Config};
+
 fn main() {
+    let out_dir =
+        PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR is set for build scripts"));
+    let here =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR is set"));
+    let script = here.join("models/make_models.py");
+    println!("cargo::rerun-if-changed={}", script.display());
+    let python = tooling::toolchain(&Config::new())
+        .unwrap_or_else(|error| panic!("relax-bench needs relax-build's toolchain: {error}"))
+        .python;
+    let models = out_dir.join("models");
+    std::fs::create_dir_all(&models).expect("creating OUT_DIR/models");
+    generate(
+        &python,
+        &script,
+        &["resnet50"],
+        &models.join("resnet50.onnx"),
+    );
     relax_build::compile_models();
+    let weights = out_dir.join("relax/minilm/weights.safetensors");
+    generate(
+        &python,
+        &script,
+        &["minilm", &weights.to_string_lossy()],
+        &models.join("minilm.onnx"),
+    );
+}
+
+/// Runs `make_models.py <args> <output>` unless `output` was made by this version of the script.
+fn generate(python: &Path, script: &Path, args: &[&str], output: &Path) {
+    let stamp = output.with_extension("stamp");
+    let version = format!(
+        "{:?} {}",
+        args,
+        std::fs::read_to_string(script)
+            .expect("reading make_models.py")
+            .len()
+    );
+    if output.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(version.as_str())
+    {
+        return;
+    }
+    let status = Command::new(python)
+        .arg(script)
+        .args(args)
+        .arg(output)
+        .status()
+        .expect("running make_models.py");
+    assert!(status.success(), "make_models.py {args:?} failed");
+    std::fs::write(&stamp, version).expect("writing the stamp");
 }

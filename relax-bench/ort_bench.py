@@ -1,11 +1,14 @@
-"""relax-bench's side harness: times onnxruntime on the same .onnx files, and numpy's
-matmul (OpenBLAS), with the same thread count. Reads a JSON spec on stdin:
+"""relax-bench's side harness: onnxruntime on the same .onnx files (and the same inputs),
+and numpy's matmul (OpenBLAS), with the same thread count. Reads a JSON spec on stdin:
 
-    {"threads": 2, "warmup": 10, "seconds": 1.0, "min_iterations": 20,
-     "cases": [{"name": "mlp_b1", "model": "models/mlp_b1.onnx", "inputs": {"x": [1, 784]}}],
+    {"threads": 2, "warmup": 10, "seconds": 1.0, "min_iterations": 20, "mode": "time",
+     "cases": [{"name": "mlp_b1", "model": "models/mlp_b1.onnx",
+                "inputs": {"x": {"shape": [1, 784], "dtype": "float32", "data": [...]}}}],
      "matmul": 1024}
 
-and prints {"ort": {name: median seconds}, "numpy_matmul": median seconds, "blas": "..."}.
+With "mode": "time", prints {"ort": {name: median seconds}, "numpy_matmul": median
+seconds, "blas": "..."}; with "mode": "outputs", prints {"outputs": {name: [flat output
+values]}}.
 """
 
 import json
@@ -31,21 +34,39 @@ def median_seconds(run, warmup, seconds, min_iterations):
     return statistics.median(times)
 
 
-def main():
-    spec = json.load(sys.stdin)
-    threads = spec["threads"]
-    timing = (spec["warmup"], spec["seconds"], spec["min_iterations"])
-    rng = np.random.default_rng(0)
+def feeds_of(case):
+    return {
+        name: np.asarray(spec["data"], dtype=spec["dtype"]).reshape(spec["shape"])
+        for name, spec in case["inputs"].items()
+    }
+
+
+def session(path, threads):
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def main():
+    spec = json.load(sys.stdin)
+    threads = spec["threads"]
+    if spec.get("mode") == "outputs":
+        outputs = {}
+        for case in spec["cases"]:
+            result = session(case["model"], threads).run(None, feeds_of(case))[0]
+            outputs[case["name"]] = np.asarray(result, dtype=np.float64).ravel().tolist()
+        print(json.dumps({"outputs": outputs}))
+        return
+    timing = (spec["warmup"], spec["seconds"], spec["min_iterations"])
     ort = {}
     for case in spec["cases"]:
-        session = onnxruntime.InferenceSession(case["model"], options, providers=["CPUExecutionProvider"])
-        feeds = {name: rng.random(shape, dtype=np.float32) for name, shape in case["inputs"].items()}
-        ort[case["name"]] = median_seconds(lambda: session.run(None, feeds), *timing)
+        runner = session(case["model"], threads)
+        feeds = feeds_of(case)
+        ort[case["name"]] = median_seconds(lambda: runner.run(None, feeds), *timing)
     size = spec["matmul"]
+    rng = np.random.default_rng(0)
     a = rng.random((size, size), dtype=np.float32)
     b = rng.random((size, size), dtype=np.float32)
     with threadpool_limits(limits=threads):

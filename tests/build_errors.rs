@@ -115,15 +115,45 @@ fn a_file_that_is_not_onnx() {
     );
 }
 
+/// Every unsupported operator in one error, with its count and first nodes.
 #[test]
-fn an_onnx_operator_tvm_does_not_support() {
+fn onnx_operators_tvm_does_not_support_all_in_one_error() {
     assert_contains(
         &compile_error("onnx-unsupported-op"),
         &[
             "model `determinant` (`package.metadata.relax.models.determinant.source`)",
-            "TVM's ONNX importer does not support",
-            "Det",
-            "det_node",
+            "ONNX importer has no converter for 2 operator type(s)",
+            "Det x2 (node(s) det_node, det_batch)",
+            "CenterCropPad x1 (node(s) crop_node)",
+            "export the model without them",
+        ],
+    );
+}
+
+/// A graph that computes a reshape target at run time, with the preparation step off:
+/// TVM's importer fails, and the error says to turn the step on.
+#[test]
+fn a_shape_subgraph_without_the_preparation_step() {
+    assert_contains(
+        &compile_error("onnx-shape-subgraph"),
+        &[
+            "model `reshaper` (`package.metadata.relax.models.reshaper.source`)",
+            "TVM's ONNX importer failed on operator Reshape",
+            "turn the ONNX preparation step back on",
+        ],
+    );
+}
+
+/// The same graph with its dims symbolic: the preparation step cannot fold the shapes,
+/// and the error names the dims to pin.
+#[test]
+fn a_shape_subgraph_with_symbolic_dims_names_the_dims_to_pin() {
+    assert_contains(
+        &compile_error("onnx-shape-subgraph-symbolic"),
+        &[
+            "model `reshaper`",
+            "node_prod cannot handle ShapeExpr inputs",
+            "pin the symbolic dims of x (batch, seq) to numbers in the model's inputs.main",
         ],
     );
 }

@@ -88,6 +88,10 @@ fn conformance_runner_keeps_the_pass_list_and_fails_only_where_tvm_does() {
         .unwrap();
     let failed_count: usize = total_line.split(' ').nth(2).unwrap().parse().unwrap();
     assert_eq!(passed.len() + failed_count, 58, "{total_line}");
+    assert!(
+        stdout.contains("passing only with the ONNX preparation step ("),
+        "the runner reports the cases the preparation step makes pass: {stdout}"
+    );
 
     let ours_failed = cases(&stdout, &["FAIL", "UNSUPPORTED"]);
     let reference = python(
@@ -103,4 +107,21 @@ fn conformance_runner_keeps_the_pass_list_and_fails_only_where_tvm_does() {
         "cases that fail here but pass through TVM's own Python path: {:?}",
         ours_failed.difference(&tvm_failed).collect::<Vec<_>>()
     );
+}
+
+/// A graph that computes a reshape target at run time (which TVM's importer alone
+/// rejects) imports after the preparation step folds it with the pinned dims, and
+/// matches onnxruntime.
+#[test]
+fn a_shape_subgraph_imports_with_pinned_dims_and_matches_onnxruntime() {
+    let ours: serde_json::Value = serde_json::from_str(&run_fixture("onnx-prepare", &[])).unwrap();
+    let script = relax_cargo_tests::fixture("onnx-prepare").join("reference.py");
+    let reference = std::process::Command::new(relax_cargo_tests::test_python())
+        .arg(script)
+        .output()
+        .unwrap();
+    relax_cargo_tests::assert_success(&reference, "onnxruntime reference");
+    let reference: serde_json::Value = serde_json::from_slice(&reference.stdout).unwrap();
+    assert_eq!(ours["y"]["shape"], serde_json::json!([2, 12, 3]));
+    relax_cargo_tests::assert_tensors_close("y", &ours["y"], &reference["y"], 1e-6);
 }

@@ -1,14 +1,25 @@
 """Writes the benchmark's ONNX models (seeded random weights; needs numpy and onnx).
 
-    python relax-bench/models/make_models.py
+    python relax-bench/models/make_models.py                       the small committed models
+    python relax-bench/models/make_models.py resnet50 OUT.onnx     ResNet-50 (relax-bench's build.rs)
+    python relax-bench/models/make_models.py minilm WEIGHTS OUT    all-MiniLM-L6-v2 (the bench's ORT side)
 
 mlp_b1.onnx / mlp_b64.onnx  784-128-10 MLP (Gemm, Relu, Gemm) at batch 1 and 64
 matmul.onnx                 C = A @ B, A and B float32[1024, 1024]
 cnn.onnx                    conv 3x3 16ch (pad 1) on 1x3x224x224, relu, global average pool, linear 16->10
 add.onnx                    C = A + B on float32[1, 4] (the VM call overhead case)
+
+ResNet-50 (100 MB of weights) and MiniLM (90 MB) are not committed: ResNet-50 is the
+architecture onnx ships as backend/test/data/light/light_resnet50.onnx with seeded
+random weights; the MiniLM graph is built here, op for op as an exporter writes a BERT
+encoder, from the safetensors weights the bench's `minilm` model fetches.
 """
 
+import json
+import math
 import os
+import struct
+import sys
 
 import numpy as np
 import onnx
@@ -34,44 +45,197 @@ def weights(name, shape, scale):
     return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
 
 
-mlp_weights = [
-    weights("fc1_weight", (128, 784), 0.05),
-    weights("fc1_bias", (128,), 0.01),
-    weights("fc2_weight", (10, 128), 0.1),
-    weights("fc2_bias", (10,), 0.01),
-]
-for batch in (1, 64):
+def small_models():
+    mlp_weights = [
+        weights("fc1_weight", (128, 784), 0.05),
+        weights("fc1_bias", (128,), 0.01),
+        weights("fc2_weight", (10, 128), 0.1),
+        weights("fc2_bias", (10,), 0.01),
+    ]
+    for batch in (1, 64):
+        save(
+            f"mlp_b{batch}",
+            [
+                helper.make_node("Gemm", ["x", "fc1_weight", "fc1_bias"], ["hidden_linear"], transB=1),
+                helper.make_node("Relu", ["hidden_linear"], ["hidden"]),
+                helper.make_node("Gemm", ["hidden", "fc2_weight", "fc2_bias"], ["logits"], transB=1),
+            ],
+            [tensor("x", [batch, 784])],
+            [tensor("logits", [batch, 10])],
+            mlp_weights,
+        )
+    save("matmul", [helper.make_node("MatMul", ["a", "b"], ["c"])], [tensor("a", [1024, 1024]), tensor("b", [1024, 1024])], [tensor("c", [1024, 1024])])
     save(
-        f"mlp_b{batch}",
+        "cnn",
         [
-            helper.make_node("Gemm", ["x", "fc1_weight", "fc1_bias"], ["hidden_linear"], transB=1),
-            helper.make_node("Relu", ["hidden_linear"], ["hidden"]),
-            helper.make_node("Gemm", ["hidden", "fc2_weight", "fc2_bias"], ["logits"], transB=1),
+            helper.make_node("Conv", ["x", "conv_weight", "conv_bias"], ["conv"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["conv"], ["activated"]),
+            helper.make_node("GlobalAveragePool", ["activated"], ["pooled"]),
+            helper.make_node("Flatten", ["pooled"], ["features"], axis=1),
+            helper.make_node("Gemm", ["features", "fc_weight", "fc_bias"], ["logits"], transB=1),
         ],
-        [tensor("x", [batch, 784])],
-        [tensor("logits", [batch, 10])],
-        mlp_weights,
+        [tensor("x", [1, 3, 224, 224])],
+        [tensor("logits", [1, 10])],
+        [
+            weights("conv_weight", (16, 3, 3, 3), 0.2),
+            weights("conv_bias", (16,), 0.01),
+            weights("fc_weight", (10, 16), 0.2),
+            weights("fc_bias", (10,), 0.01),
+        ],
     )
+    save("add", [helper.make_node("Add", ["a", "b"], ["c"])], [tensor("a", [1, 4]), tensor("b", [1, 4])], [tensor("c", [1, 4])])
 
-save("matmul", [helper.make_node("MatMul", ["a", "b"], ["c"])], [tensor("a", [1024, 1024]), tensor("b", [1024, 1024])], [tensor("c", [1024, 1024])])
 
-save(
-    "cnn",
-    [
-        helper.make_node("Conv", ["x", "conv_weight", "conv_bias"], ["conv"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["conv"], ["activated"]),
-        helper.make_node("GlobalAveragePool", ["activated"], ["pooled"]),
-        helper.make_node("Flatten", ["pooled"], ["features"], axis=1),
-        helper.make_node("Gemm", ["features", "fc_weight", "fc_bias"], ["logits"], transB=1),
-    ],
-    [tensor("x", [1, 3, 224, 224])],
-    [tensor("logits", [1, 10])],
-    [
-        weights("conv_weight", (16, 3, 3, 3), 0.2),
-        weights("conv_bias", (16,), 0.01),
-        weights("fc_weight", (10, 16), 0.2),
-        weights("fc_bias", (10,), 0.01),
-    ],
-)
+def write_atomically(model, path):
+    temporary = f"{path}.{os.getpid()}.tmp"
+    onnx.save(model, temporary)
+    os.replace(temporary, path)
 
-save("add", [helper.make_node("Add", ["a", "b"], ["c"])], [tensor("a", [1, 4]), tensor("b", [1, 4])], [tensor("c", [1, 4])])
+
+def resnet50(path):
+    """light_resnet50's graph with every weight a seeded random initializer (He-scaled
+    convolutions, batch norms near identity)."""
+    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_resnet50.onnx")
+    model = onnx.load(light)
+    graph = model.graph
+    generator = np.random.default_rng(50)
+    shapes = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    produced = {}
+    for node in list(graph.node):
+        if node.op_type == "ConstantOfShape":
+            produced[node.output[0]] = tuple(int(d) for d in shapes[node.input[0]])
+            graph.node.remove(node)
+    consumers = {}
+    for node in graph.node:
+        for position, name in enumerate(node.input):
+            consumers.setdefault(name, (node, position))
+
+    def values(name, shape):
+        node, position = consumers[name]
+        if node.op_type == "BatchNormalization":
+            low, high = {1: (0.5, 1.0), 2: (-0.1, 0.1), 3: (-0.1, 0.1), 4: (0.5, 1.5)}[position]
+            return generator.uniform(low, high, shape)
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        return generator.standard_normal(shape) * (math.sqrt(2.0 / fan_in) if len(shape) > 1 else 0.01)
+
+    new_initializers = []
+    for name, shape in produced.items():
+        new_initializers.append(numpy_helper.from_array(values(name, shape).astype(np.float32), name))
+    data = graph.input[0].name
+    originals = {init.name for init in graph.initializer}
+    for value in list(graph.input)[1:]:
+        graph.input.remove(value)
+        if value.name in produced or value.name not in consumers:
+            continue
+        if consumers[value.name][0].op_type not in ("Conv", "BatchNormalization", "Gemm") and value.name in originals:
+            continue  # a shape or other value the light model carries: kept as it is
+        shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
+        new_initializers.append(numpy_helper.from_array(values(value.name, shape).astype(np.float32), value.name))
+    used = {name for node in graph.node for name in node.input}
+    replaced = {init.name for init in new_initializers}
+    kept = [init for init in graph.initializer if init.name in used and init.name not in replaced]
+    del graph.initializer[:]
+    graph.initializer.extend(kept + new_initializers)
+    assert graph.input[0].name == data
+    # IR 4 and later allow initializers that are not graph inputs.
+    model.ir_version = max(model.ir_version, 7)
+    onnx.checker.check_model(model)
+    write_atomically(model, path)
+
+
+def load_safetensors(path):
+    raw = open(path, "rb").read()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    body = raw[8 + length :]
+    tensors = {}
+    for name, entry in header.items():
+        if name != "__metadata__":
+            start, end = entry["data_offsets"]
+            dtype = {"F32": np.float32, "I64": np.int64}[entry["dtype"]]
+            tensors[name] = np.frombuffer(body[start:end], dtype).reshape(entry["shape"])
+    return tensors
+
+
+def minilm(weights_path, path):
+    """all-MiniLM-L6-v2 (mean pooling, L2 normalisation) as an exporter writes BERT:
+    MatMul + Add with [in, out] weights, LayerNormalization, Erf GELU, reshaped and
+    transposed attention heads; inputs input_ids and attention_mask, int64[batch, seq]."""
+    w = load_safetensors(weights_path)
+    nodes, initializers = [], []
+    counter = [0]
+
+    def const(array, name=None):
+        counter[0] += 1
+        name = name or f"const_{counter[0]}"
+        initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def node(op, inputs, **attributes):
+        counter[0] += 1
+        output = f"{op.lower()}_{counter[0]}"
+        nodes.append(helper.make_node(op, inputs, [output], **attributes))
+        return output
+
+    def linear(x, prefix):
+        weight = const(np.ascontiguousarray(w[prefix + ".weight"].T), prefix + ".weight")
+        return node("Add", [node("MatMul", [x, weight]), const(w[prefix + ".bias"], prefix + ".bias")])
+
+    def layer_norm(x, prefix):
+        return node("LayerNormalization", [x, const(w[prefix + ".weight"], prefix + ".weight"), const(w[prefix + ".bias"], prefix + ".bias")], axis=-1, epsilon=1e-12)
+
+    words = node("Gather", [const(w["embeddings.word_embeddings.weight"], "word_embeddings"), "input_ids"])
+    seq = node("Gather", [node("Shape", ["input_ids"]), const(np.array(1, np.int64))], axis=0)
+    positions = node("Range", [const(np.array(0, np.int64)), seq, const(np.array(1, np.int64))])
+    position_embeddings = node("Gather", [const(w["embeddings.position_embeddings.weight"], "position_embeddings"), positions])
+    token_type = const(w["embeddings.token_type_embeddings.weight"][0], "token_type_embedding")
+    x = layer_norm(node("Add", [node("Add", [words, position_embeddings]), token_type]), "embeddings.LayerNorm")
+    mask = node("Cast", ["attention_mask"], to=TensorProto.FLOAT)
+    bias = node("Mul", [node("Sub", [const(np.array(1.0, np.float32)), mask]), const(np.array(-10000.0, np.float32))])
+    bias = node("Unsqueeze", [bias, const(np.array([1, 2], np.int64))])
+    heads = const(np.array([0, 0, 12, 32], np.int64))
+    merged = const(np.array([0, 0, 384], np.int64))
+    for layer in range(6):
+        p = f"encoder.layer.{layer}."
+        q = node("Transpose", [node("Reshape", [linear(x, p + "attention.self.query"), heads])], perm=[0, 2, 1, 3])
+        k = node("Transpose", [node("Reshape", [linear(x, p + "attention.self.key"), heads])], perm=[0, 2, 3, 1])
+        v = node("Transpose", [node("Reshape", [linear(x, p + "attention.self.value"), heads])], perm=[0, 2, 1, 3])
+        scores = node("Div", [node("MatMul", [q, k]), const(np.array(math.sqrt(32), np.float32))])
+        probabilities = node("Softmax", [node("Add", [scores, bias])], axis=-1)
+        context = node("Reshape", [node("Transpose", [node("MatMul", [probabilities, v])], perm=[0, 2, 1, 3]), merged])
+        x = layer_norm(node("Add", [linear(context, p + "attention.output.dense"), x]), p + "attention.output.LayerNorm")
+        inner = linear(x, p + "intermediate.dense")
+        erf = node("Erf", [node("Div", [inner, const(np.array(math.sqrt(2.0), np.float32))])])
+        gelu = node("Mul", [node("Mul", [inner, node("Add", [erf, const(np.array(1.0, np.float32))])]), const(np.array(0.5, np.float32))])
+        x = layer_norm(node("Add", [linear(gelu, p + "output.dense"), x]), p + "output.LayerNorm")
+    weights_mask = node("Unsqueeze", [mask, const(np.array([2], np.int64))])
+    summed = node("ReduceSum", [node("Mul", [x, weights_mask]), const(np.array([1], np.int64))], keepdims=0)
+    counts = node("Max", [node("ReduceSum", [weights_mask, const(np.array([1], np.int64))], keepdims=0), const(np.array(1e-9, np.float32))])
+    pooled = node("Div", [summed, counts])
+    norm = node("Max", [node("ReduceL2", [pooled], axes=[1], keepdims=1), const(np.array(1e-12, np.float32))])
+    nodes.append(helper.make_node("Div", [pooled, norm], ["embeddings"]))
+    graph = helper.make_graph(
+        nodes,
+        "all-MiniLM-L6-v2",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
+        ],
+        [helper.make_tensor_value_info("embeddings", TensorProto.FLOAT, ["batch", 384])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="relax-bench")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    write_atomically(model, path)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 1:
+        small_models()
+    elif sys.argv[1] == "resnet50" and len(sys.argv) == 3:
+        resnet50(sys.argv[2])
+    elif sys.argv[1] == "minilm" and len(sys.argv) == 4:
+        minilm(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(__doc__)

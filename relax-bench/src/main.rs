@@ -1,13 +1,19 @@
-//! `cargo run --release -p relax-bench [-- --quick]`: median latency of TVM-compiled
-//! models called through relax-runtime, side by side in one run with onnxruntime on the
-//! same `.onnx` files and numpy's matmul (OpenBLAS), all with the same thread count.
+//! `cargo run --release -p relax-bench [-- --quick | --check]`: median latency of
+//! TVM-compiled models called through relax-runtime, side by side in one run with
+//! onnxruntime on the same `.onnx` files and inputs, and numpy's matmul (OpenBLAS), all
+//! with the same thread count.
+//!
+//! Columns: *default* (the model declared with nothing but its source: relax-runtime's
+//! kernels, default schedules, no tuning), *tuned* (meta-schedule records, where the
+//! bench has them), onnxruntime. The last line is `summary: key=value ...` (ratios are
+//! our median / onnxruntime's). `--check` instead compares every model's output with
+//! onnxruntime's on the same inputs and fails above 1e-4 (relative to 1 + |expected|).
 //!
 //! onnxruntime and numpy run in a Python side harness (`ort_bench.py`, in the tests'
-//! reference venv under `target/test-python`, made on first use); the `ort` crate's
-//! download of onnxruntime cannot reach its host from here. The last line is
-//! `summary: mlp_b1_vs_ort=<r> ... add_overhead_us=<µs>` (r = our median / the peer's).
+//! reference venv under `target/test-python`, made on first use with pip).
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,26 +25,45 @@ relax_runtime::include_model!("mlp_b64");
 relax_runtime::include_model!("matmul");
 relax_runtime::include_model!("cnn");
 relax_runtime::include_model!("add");
-relax_runtime::include_model!("mlp_b1_untuned");
-relax_runtime::include_model!("mlp_b64_untuned");
-relax_runtime::include_model!("matmul_untuned");
-relax_runtime::include_model!("cnn_untuned");
+relax_runtime::include_model!("resnet50");
+relax_runtime::include_model!("minilm");
+relax_runtime::include_model!("mlp_b1_tuned");
+relax_runtime::include_model!("mlp_b64_tuned");
+relax_runtime::include_model!("matmul_tuned");
+relax_runtime::include_model!("cnn_tuned");
 
 const THREADS: usize = 2;
 
-/// One benchmark case: a tuned and (optionally) an untuned build of one .onnx file.
+/// What an input holds.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Seeded random floats in [0, 1).
+    Float,
+    /// Seeded token ids in [1000, 2000).
+    TokenIds,
+    /// All ones.
+    Mask,
+}
+
+struct Input {
+    name: &'static str,
+    shape: Vec<usize>,
+    kind: Kind,
+}
+
+/// One benchmark row: the same graph as default and (maybe) tuned builds, and as ONNX.
 struct Case {
     name: &'static str,
-    onnx: &'static str,
-    inputs: &'static [(&'static str, &'static [usize])],
+    onnx: PathBuf,
+    function: &'static str,
+    inputs: Vec<Input>,
     flops: f64,
-    tuned: Session,
-    untuned: Option<Session>,
+    default: Session,
+    tuned: Option<Session>,
 }
 
 /// How long to measure: at least `seconds` and `min_iterations` calls, but a slow case
-/// (untuned matmul takes seconds a call) stops after `min_slow` calls once past
-/// 5 x `seconds`.
+/// stops after `min_slow` calls once past 5 x `seconds`.
 struct Timing {
     warmup: usize,
     seconds: f64,
@@ -46,18 +71,21 @@ struct Timing {
     min_slow: usize,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+type Failure = Box<dyn std::error::Error>;
+
+fn main() -> Result<(), Failure> {
     let quick = std::env::args().any(|argument| argument == "--quick");
+    let check = std::env::args().any(|argument| argument == "--check");
     let timing = if quick {
         Timing {
             warmup: 1,
             seconds: 0.05,
-            min_iterations: 5,
+            min_iterations: 3,
             min_slow: 1,
         }
     } else {
         Timing {
-            warmup: 10,
+            warmup: 5,
             seconds: 1.0,
             min_iterations: 30,
             min_slow: 3,
@@ -67,50 +95,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var_os("TVM_NUM_THREADS").is_none() {
         std::env::set_var("TVM_NUM_THREADS", THREADS.to_string());
     }
-    let mlp_flops = |batch: f64| 2.0 * batch * (784.0 * 128.0 + 128.0 * 10.0);
-    let cases = vec![
-        Case {
-            name: "mlp_b1",
-            onnx: "models/mlp_b1.onnx",
-            inputs: &[("x", &[1, 784])],
-            flops: mlp_flops(1.0),
-            tuned: mlp_b1::Model::load()?.into_session(),
-            untuned: Some(mlp_b1_untuned::Model::load()?.into_session()),
-        },
-        Case {
-            name: "mlp_b64",
-            onnx: "models/mlp_b64.onnx",
-            inputs: &[("x", &[64, 784])],
-            flops: mlp_flops(64.0),
-            tuned: mlp_b64::Model::load()?.into_session(),
-            untuned: Some(mlp_b64_untuned::Model::load()?.into_session()),
-        },
-        Case {
-            name: "cnn",
-            onnx: "models/cnn.onnx",
-            inputs: &[("x", &[1, 3, 224, 224])],
-            flops: 2.0 * 16.0 * 3.0 * 9.0 * 224.0 * 224.0 + 2.0 * 16.0 * 10.0,
-            tuned: cnn::Model::load()?.into_session(),
-            untuned: Some(cnn_untuned::Model::load()?.into_session()),
-        },
-        Case {
-            name: "matmul",
-            onnx: "models/matmul.onnx",
-            inputs: &[("a", &[1024, 1024]), ("b", &[1024, 1024])],
-            flops: 2.0 * 1024f64.powi(3),
-            tuned: matmul::Model::load()?.into_session(),
-            untuned: Some(matmul_untuned::Model::load()?.into_session()),
-        },
-        Case {
-            name: "add",
-            onnx: "models/add.onnx",
-            inputs: &[("a", &[1, 4]), ("b", &[1, 4])],
-            flops: 4.0,
-            tuned: add::Model::load()?.into_session(),
-            untuned: None,
-        },
-    ];
-
+    let cases = cases()?;
+    if check {
+        return check_outputs(&cases);
+    }
     let peers = run_peers(&cases, &timing)?;
     println!(
         "relax-bench: median latency, {THREADS} threads (TVM_NUM_THREADS={}, onnxruntime intra-op {THREADS}, BLAS {THREADS}){}",
@@ -120,57 +108,58 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("BLAS: {}", peers["blas"].as_str().unwrap_or("unknown"));
     println!();
     println!(
-        "{:<9} {:>14} {:>14} {:>14} {:>10} {:>12} {:>12}",
-        "model", "untuned µs", "tuned µs", "onnxrt µs", "tuned/ort", "tuned GF/s", "onnxrt GF/s"
+        "{:<15} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}",
+        "model", "default µs", "tuned µs", "onnxrt µs", "default/ort", "tuned/ort", "best GF/s"
     );
-    let mut ratios = Vec::new();
-    let mut add_overhead = 0.0;
+    let mut summary: Vec<(String, f64)> = Vec::new();
     for case in &cases {
-        let tuned = median_call(&case.tuned, case, &timing)?;
-        let untuned = match &case.untuned {
-            Some(vm) => Some(median_call(vm, case, &timing)?),
+        let default = median_call(&case.default, case, &timing)?;
+        let tuned = match &case.tuned {
+            Some(session) => Some(median_call(session, case, &timing)?),
             None => None,
         };
         let ort = peers["ort"][case.name].as_f64().unwrap_or(f64::NAN);
-        let ratio = tuned / ort;
+        let best = tuned.map_or(default, |tuned| tuned.min(default));
         println!(
-            "{:<9} {:>14} {:>14.1} {:>14.1} {:>10.3} {:>12.1} {:>12.1}",
+            "{:<15} {:>12.1} {:>12} {:>12.1} {:>12.3} {:>10} {:>10.1}",
             case.name,
-            untuned.map_or("-".to_string(), |value| format!("{:.1}", value * 1e6)),
-            tuned * 1e6,
+            default * 1e6,
+            tuned.map_or("-".to_string(), |value| format!("{:.1}", value * 1e6)),
             ort * 1e6,
-            ratio,
-            case.flops / tuned / 1e9,
-            case.flops / ort / 1e9,
+            default / ort,
+            tuned.map_or("-".to_string(), |value| format!("{:.3}", value / ort)),
+            case.flops / best / 1e9,
         );
-        ratios.push((case.name, ratio));
+        summary.push((format!("{}_default_vs_ort", case.name), default / ort));
+        if let Some(tuned) = tuned {
+            summary.push((format!("{}_tuned_vs_ort", case.name), tuned / ort));
+        }
         if case.name == "add" {
-            add_overhead = tuned * 1e6;
+            summary.push(("add_overhead_us".to_string(), best * 1e6));
         }
         if case.name == "matmul" {
             let blas = peers["numpy_matmul"].as_f64().unwrap_or(f64::NAN);
             println!(
-                "{:<9} {:>14} {:>14} {:>14.1} {:>10} {:>12} {:>12.1}   (numpy/OpenBLAS matmul; tuned/openblas {:.3})",
+                "{:<15} {:>12} {:>12} {:>12.1} {:>12.3} {:>10} {:>10.1}   (numpy/OpenBLAS matmul; best/openblas {:.3})",
                 "  numpy",
                 "",
                 "",
                 blas * 1e6,
-                "",
+                default / blas,
                 "",
                 case.flops / blas / 1e9,
-                tuned / blas
+                best / blas
             );
-            ratios.push(("matmul_vs_openblas", tuned / blas));
+            summary.push(("matmul_vs_openblas".to_string(), best / blas));
+            summary.push(("matmul_vs_ort".to_string(), best / ort));
         }
     }
-    let ratio = |name: &str| {
-        ratios
-            .iter()
-            .find(|(case, _)| *case == name)
-            .map_or(f64::NAN, |(_, ratio)| *ratio)
-    };
-    let mlp = &cases[0].tuned;
+    let mlp = &cases[0].default;
     let seconds = timing.seconds * 2.0;
+    // The idle workers of the main thread's TVM pool spin for a while after its last
+    // parallel loop (TVM_THREAD_POOL_SPIN_COUNT yields) before they sleep: let them
+    // settle, so that they do not take a core from the threads measured next.
+    std::thread::sleep(Duration::from_secs(1));
     let latency_mode = throughput(mlp, &[1, 784], 1, seconds)?;
     relax_runtime::set_threads_per_call(1);
     let one = throughput(mlp, &[1, 784], 1, seconds)?;
@@ -182,67 +171,177 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
          2 threads {two:.0} calls/s, ratio {:.2} (one caller with {THREADS} threads per call: {latency_mode:.0} calls/s)",
         two / one
     );
+    summary.push(("shared_model_2_threads_vs_1".to_string(), two / one));
     println!();
-    println!(
-        "summary: mlp_b1_vs_ort={:.3} mlp_b64_vs_ort={:.3} cnn_vs_ort={:.3} matmul_vs_ort={:.3} matmul_vs_openblas={:.3} add_overhead_us={:.2} shared_model_2_threads_vs_1={:.2}",
-        ratio("mlp_b1"),
-        ratio("mlp_b64"),
-        ratio("cnn"),
-        ratio("matmul"),
-        ratio("matmul_vs_openblas"),
-        add_overhead,
-        two / one
-    );
+    let keys = [
+        "mlp_b1_tuned_vs_ort",
+        "mlp_b64_tuned_vs_ort",
+        "cnn_tuned_vs_ort",
+        "matmul_vs_ort",
+        "matmul_vs_openblas",
+        "add_overhead_us",
+        "minilm_s16_default_vs_ort",
+        "minilm_s128_default_vs_ort",
+        "minilm_b8_s128_default_vs_ort",
+        "resnet50_default_vs_ort",
+        "minilm_s128_tuned_vs_ort",
+        "resnet50_tuned_vs_ort",
+        "shared_model_2_threads_vs_1",
+    ];
+    let line: Vec<String> = keys
+        .iter()
+        .map(|key| {
+            let value = summary
+                .iter()
+                .find(|(name, _)| name == key)
+                .map_or(f64::NAN, |(_, value)| *value);
+            format!("{key}={value:.3}")
+        })
+        .collect();
+    println!("summary: {}", line.join(" "));
     Ok(())
 }
 
-/// Calls per second of `session`'s `main` from `threads` threads sharing it, each
-/// calling as fast as it can for `seconds`.
-fn throughput(
-    session: &Session,
-    shape: &[usize],
-    threads: usize,
-    seconds: f64,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    let input = random_tensor(shape, 7)?;
-    let calls = std::sync::atomic::AtomicUsize::new(0);
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    std::thread::scope(|scope| -> relax_runtime::Result<()> {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| -> relax_runtime::Result<()> {
-                    // Warm this thread's VM and TVM thread pool first.
-                    session.call("main", &[&input])?;
-                    while Instant::now() < deadline {
-                        session.call("main", &[&input])?;
-                        calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        for worker in workers {
-            worker.join().expect("a benchmark thread panicked")?;
-        }
-        Ok(())
-    })?;
-    Ok(calls.into_inner() as f64 / seconds)
+fn cases() -> Result<Vec<Case>, Failure> {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let generated = PathBuf::from(env!("OUT_DIR")).join("models");
+    let float = |name, shape: &[usize]| Input {
+        name,
+        shape: shape.to_vec(),
+        kind: Kind::Float,
+    };
+    let text = |batch: usize, seq: usize| {
+        vec![
+            Input {
+                name: "input_ids",
+                shape: vec![batch, seq],
+                kind: Kind::TokenIds,
+            },
+            Input {
+                name: "attention_mask",
+                shape: vec![batch, seq],
+                kind: Kind::Mask,
+            },
+        ]
+    };
+    let mlp_flops = |batch: f64| 2.0 * batch * (784.0 * 128.0 + 128.0 * 10.0);
+    // Multiply-adds of the encoder at one sequence length: projections, FFN, attention.
+    let minilm_flops = |batch: f64, seq: f64| {
+        2.0 * batch
+            * 6.0
+            * (seq * (4.0 * 384.0 * 384.0 + 2.0 * 384.0 * 1536.0) + 2.0 * seq * seq * 384.0)
+    };
+    let minilm = minilm::Model::load()?.into_session();
+    let minilm_case = |name, batch, seq| -> Result<Case, Failure> {
+        Ok(Case {
+            name,
+            onnx: generated.join("minilm.onnx"),
+            function: "forward",
+            inputs: text(batch, seq),
+            flops: minilm_flops(batch as f64, seq as f64),
+            default: minilm::Model::load()?.into_session(),
+            tuned: None,
+        })
+    };
+    drop(minilm);
+    Ok(vec![
+        Case {
+            name: "mlp_b1",
+            onnx: here.join("models/mlp_b1.onnx"),
+            function: "main",
+            inputs: vec![float("x", &[1, 784])],
+            flops: mlp_flops(1.0),
+            default: mlp_b1::Model::load()?.into_session(),
+            tuned: Some(mlp_b1_tuned::Model::load()?.into_session()),
+        },
+        Case {
+            name: "mlp_b64",
+            onnx: here.join("models/mlp_b64.onnx"),
+            function: "main",
+            inputs: vec![float("x", &[64, 784])],
+            flops: mlp_flops(64.0),
+            default: mlp_b64::Model::load()?.into_session(),
+            tuned: Some(mlp_b64_tuned::Model::load()?.into_session()),
+        },
+        Case {
+            name: "cnn",
+            onnx: here.join("models/cnn.onnx"),
+            function: "main",
+            inputs: vec![float("x", &[1, 3, 224, 224])],
+            flops: 2.0 * 16.0 * 3.0 * 9.0 * 224.0 * 224.0 + 2.0 * 16.0 * 10.0,
+            default: cnn::Model::load()?.into_session(),
+            tuned: Some(cnn_tuned::Model::load()?.into_session()),
+        },
+        Case {
+            name: "matmul",
+            onnx: here.join("models/matmul.onnx"),
+            function: "main",
+            inputs: vec![float("a", &[1024, 1024]), float("b", &[1024, 1024])],
+            flops: 2.0 * 1024f64.powi(3),
+            default: matmul::Model::load()?.into_session(),
+            tuned: Some(matmul_tuned::Model::load()?.into_session()),
+        },
+        Case {
+            name: "add",
+            onnx: here.join("models/add.onnx"),
+            function: "main",
+            inputs: vec![float("a", &[1, 4]), float("b", &[1, 4])],
+            flops: 4.0,
+            default: add::Model::load()?.into_session(),
+            tuned: None,
+        },
+        minilm_case("minilm_s16", 1, 16)?,
+        minilm_case("minilm_s128", 1, 128)?,
+        minilm_case("minilm_b8_s128", 8, 128)?,
+        Case {
+            name: "resnet50",
+            onnx: generated.join("resnet50.onnx"),
+            function: "main",
+            inputs: vec![float("gpu_0/data_0", &[1, 3, 224, 224])],
+            flops: 2.0 * 4.1e9,
+            default: resnet50::Model::load()?.into_session(),
+            tuned: None,
+        },
+    ])
 }
 
-/// Median seconds of one call of `main` with seeded random inputs.
-fn median_call(
-    session: &Session,
-    case: &Case,
-    timing: &Timing,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    let vm = session.virtual_machine()?;
-    let function = vm.function("main")?;
-    let inputs: Vec<Tensor> = case
-        .inputs
+/// Deterministic inputs of a case, with the seed of each input's position.
+fn inputs(case: &Case) -> Result<Vec<Tensor>, Failure> {
+    case.inputs
         .iter()
         .enumerate()
-        .map(|(index, (_, shape))| random_tensor(shape, index as u64 + 1))
-        .collect::<Result<_, _>>()?;
+        .map(|(index, input)| {
+            let count = input.shape.iter().product::<usize>();
+            let mut state = (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let mut next = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state >> 40
+            };
+            Ok(match input.kind {
+                Kind::Float => {
+                    let values: Vec<f32> = (0..count)
+                        .map(|_| next() as f32 / (1u64 << 24) as f32)
+                        .collect();
+                    Tensor::from_slice(&values, &input.shape)?
+                }
+                Kind::TokenIds => {
+                    let values: Vec<i64> =
+                        (0..count).map(|_| 1000 + (next() % 1000) as i64).collect();
+                    Tensor::from_slice(&values, &input.shape)?
+                }
+                Kind::Mask => Tensor::from_slice(&vec![1i64; count], &input.shape)?,
+            })
+        })
+        .collect()
+}
+
+/// Median seconds of one call with the case's inputs.
+fn median_call(session: &Session, case: &Case, timing: &Timing) -> Result<f64, Failure> {
+    let vm = session.virtual_machine()?;
+    let function = vm.function(case.function)?;
+    let inputs = inputs(case)?;
     let arguments: Vec<&Tensor> = inputs.iter().collect();
     let warmup_started = Instant::now();
     for _ in 0..timing.warmup {
@@ -270,34 +369,72 @@ fn median_call(
     Ok(times[times.len() / 2].as_secs_f64())
 }
 
-fn random_tensor(shape: &[usize], seed: u64) -> relax_runtime::Result<Tensor> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let values: Vec<f32> = (0..shape.iter().product::<usize>())
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 24) as f32
-        })
-        .collect();
-    Tensor::from_slice(&values, shape)
+/// Calls per second of `session`'s `main` from `threads` threads sharing it, each
+/// calling as fast as it can for `seconds`.
+fn throughput(
+    session: &Session,
+    shape: &[usize],
+    threads: usize,
+    seconds: f64,
+) -> Result<f64, Failure> {
+    let input = Tensor::from_slice(&vec![0.5f32; shape.iter().product()], shape)?;
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    std::thread::scope(|scope| -> relax_runtime::Result<()> {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| -> relax_runtime::Result<()> {
+                    // Warm this thread's VM and TVM thread pool first.
+                    session.call("main", &[&input])?;
+                    let mut mine = 0;
+                    while Instant::now() < deadline {
+                        session.call("main", &[&input])?;
+                        mine += 1;
+                    }
+                    calls.fetch_add(mine, std::sync::atomic::Ordering::Relaxed);
+                    Ok(())
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().expect("a benchmark thread panicked")?;
+        }
+        Ok(())
+    })?;
+    Ok(calls.into_inner() as f64 / seconds)
 }
 
-/// Runs onnxruntime and numpy in the side harness with the same timing rules.
-fn run_peers(cases: &[Case], timing: &Timing) -> Result<Value, Box<dyn std::error::Error>> {
+/// The cases as the harness takes them, with their inputs' values.
+fn harness_cases(cases: &[Case]) -> Result<Vec<Value>, Failure> {
+    cases
+        .iter()
+        .map(|case| {
+            let tensors = inputs(case)?;
+            let inputs: serde_json::Map<String, Value> = case
+                .inputs
+                .iter()
+                .zip(&tensors)
+                .map(|(input, tensor)| {
+                    let (dtype, data) = match input.kind {
+                        Kind::Float => ("float32", json!(tensor.as_slice::<f32>()?)),
+                        Kind::TokenIds | Kind::Mask => ("int64", json!(tensor.as_slice::<i64>()?)),
+                    };
+                    Ok((
+                        input.name.to_string(),
+                        json!({"shape": input.shape, "dtype": dtype, "data": data}),
+                    ))
+                })
+                .collect::<Result<_, relax_runtime::Error>>()?;
+            Ok(json!({"name": case.name, "model": case.onnx, "inputs": inputs}))
+        })
+        .collect()
+}
+
+/// Runs the side harness with `spec` (plus the cases) and returns its JSON.
+fn harness(mut spec: Value, cases: &[Case]) -> Result<Value, Failure> {
     let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let spec = json!({
-        "threads": THREADS,
-        "warmup": timing.warmup,
-        "seconds": timing.seconds,
-        "min_iterations": timing.min_iterations,
-        "matmul": 1024,
-        "cases": cases.iter().map(|case| json!({
-            "name": case.name,
-            "model": here.join(case.onnx),
-            "inputs": case.inputs.iter().map(|(name, shape)| (name.to_string(), json!(shape))).collect::<serde_json::Map<_, _>>(),
-        })).collect::<Vec<_>>(),
-    });
+    spec["threads"] = json!(THREADS);
+    spec["cases"] = json!(harness_cases(cases)?);
     let mut child = Command::new(relax_cargo_tests::test_python())
         .arg(here.join("ort_bench.py"))
         // Set on some machines for old OpenBLAS builds; they slow a current numpy.
@@ -316,4 +453,60 @@ fn run_peers(cases: &[Case], timing: &Timing) -> Result<Value, Box<dyn std::erro
         return Err(format!("the onnxruntime harness failed ({})", output.status).into());
     }
     Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+/// Runs onnxruntime and numpy in the side harness with the same timing rules.
+fn run_peers(cases: &[Case], timing: &Timing) -> Result<Value, Failure> {
+    harness(
+        json!({
+            "mode": "time",
+            "warmup": timing.warmup,
+            "seconds": timing.seconds,
+            "min_iterations": timing.min_iterations,
+            "matmul": 1024,
+        }),
+        cases,
+    )
+}
+
+/// Compares every build's output with onnxruntime's on the same inputs.
+fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
+    let expected = harness(json!({"mode": "outputs"}), cases)?;
+    let mut failures = 0;
+    for case in cases {
+        let reference: Vec<f64> = serde_json::from_value(expected["outputs"][case.name].clone())?;
+        let inputs = inputs(case)?;
+        let arguments: Vec<&Tensor> = inputs.iter().collect();
+        let builds = [
+            ("default", Some(&case.default)),
+            ("tuned", case.tuned.as_ref()),
+        ];
+        for (build, session) in builds {
+            let Some(session) = session else { continue };
+            let output = session.call(case.function, &arguments)?;
+            let tensor = output.into_tensor().ok_or("a tuple output")?;
+            let ours = tensor.as_slice::<f32>()?;
+            let worst = ours
+                .iter()
+                .zip(&reference)
+                .map(|(a, e)| (*a as f64 - e).abs() / (1.0 + e.abs()))
+                .fold(0.0f64, f64::max);
+            let ok = ours.len() == reference.len() && worst <= 1e-4;
+            println!(
+                "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e}",
+                if ok { "ok  " } else { "FAIL" },
+                case.name,
+                build,
+                ours.len()
+            );
+            failures += usize::from(!ok);
+        }
+    }
+    if failures > 0 {
+        return Err(
+            format!("{failures} output(s) differ from onnxruntime by more than 1e-4").into(),
+        );
+    }
+    println!("every output is within 1e-4 of onnxruntime");
+    Ok(())
 }

@@ -49,18 +49,19 @@ def check_tvm_version(request):
 
 
 def load_model(request):
-    """The request's model as (IRModule, weight names or None, ONNX weights or None)."""
+    """The request's model as (IRModule, weight names or None, ONNX weights or None,
+    warnings for the build's output)."""
     if request["source_kind"] == "onnx":
         from relax_driver import onnx_source
 
-        ir_module, onnx_weights = onnx_source.load(request)
-        return ir_module, None, onnx_weights
+        ir_module, onnx_weights, warnings = onnx_source.load(request)
+        return ir_module, None, onnx_weights, warnings
     from relax_driver import sources
 
     module = sources.import_source(request["model"], request["source"])
     entry = sources.resolve_entry(module, request["entry"], request["source"])
     ir_module, weight_names = sources.load_ir_module(entry, request["inputs"], request["source"])
-    return ir_module, weight_names, None
+    return ir_module, weight_names, None, []
 
 
 def run(request):
@@ -68,8 +69,15 @@ def run(request):
     check_tvm_version(request)
     from relax_driver import signature
 
-    ir_module, weight_names, onnx_weights = load_model(request)
-    functions = signature.signature_of(ir_module, weight_names)
+    ir_module, weight_names, onnx_weights, warnings = load_model(request)
+    transposed = {}
+    if request.get("offload") and request["pipeline"] != "default":
+        # Matmuls and convolutions to relax-runtime's kernels; what they run is not
+        # TVM's to compile (or tune).
+        from relax_driver import offload
+
+        ir_module, transposed = offload.rewrite(ir_module, None)
+    functions = signature.signature_of(ir_module, weight_names, transposed)
     output_dir = request["output_dir"]
     if request["action"] == "inspect":
         files.write_atomically(
@@ -97,6 +105,7 @@ def run(request):
         "target": str(target),
         "functions": functions,
         "weights_written": onnx_weights is not None,
+        "warnings": warnings,
     }
     files.write_atomically(
         os.path.join(output_dir, request["signature_name"]), json.dumps(document, indent=2) + "\n"

@@ -215,13 +215,10 @@ pub(crate) fn materialize(
         .manifest
         .has_weights()
         .then(|| model_dir.join(WEIGHTS));
-    let source = model
-        .source
-        .strip_prefix(&model.manifest_dir)
-        .unwrap_or(&model.source);
+    let source = &model.source_label;
     let origin = match model.kind {
-        SourceKind::Python => format!("`{}`, entry `{}`", source.display(), model.entry),
-        SourceKind::Onnx => format!("`{}`", source.display()),
+        SourceKind::Python => format!("`{source}`, entry `{}`", model.entry),
+        SourceKind::Onnx => format!("`{source}`"),
     };
     let library_path = format!("relax/{}/{}", model.name, artifacts::LIBRARY);
     let weights_path = format!("relax/{}/{}", model.name, WEIGHTS);

@@ -117,6 +117,12 @@ impl Job<'_> {
         }
         check_machine(self.model, self.target, &library)?;
         let signature = Signature::read(&self.model.name, &dir.join(SIGNATURE))?;
+        for warning in &signature.warnings {
+            self.cargo.warning(&format!(
+                "relax-build: model `{}`: {warning}",
+                self.model.name
+            ));
+        }
         copy_weights(self, &signature, dir)
     }
 
@@ -427,8 +433,9 @@ fn copy_weights(job: &Job<'_>, signature: &Signature, dir: &Path) -> Result<()> 
             ))
         })?;
         let found_dtype = safetensors_dtype_name(view.dtype());
-        let shape_matches = view.shape().len() == weight.shape.len()
-            && weight.shape.iter().zip(view.shape()).all(
+        let expected_shape = weight.stored_shape();
+        let shape_matches = view.shape().len() == expected_shape.len()
+            && expected_shape.iter().zip(view.shape()).all(
                 |(dim, &size)| !matches!(dim, Dim::Static(expected) if *expected != size as i64),
             );
         if found_dtype != weight.dtype || !shape_matches {
@@ -438,7 +445,7 @@ fn copy_weights(job: &Job<'_>, signature: &Signature, dir: &Path) -> Result<()> 
                 weights_path.display(),
                 view.shape(),
                 weight.dtype,
-                format_shape(&weight.shape)
+                format_shape(&expected_shape)
             )));
         }
     }

@@ -37,6 +37,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/files.py"),
     ),
     (
+        "relax_driver/onnx_prepare.py",
+        include_str!("../driver/relax_driver/onnx_prepare.py"),
+    ),
+    (
         "relax_driver/offload.py",
         include_str!("../driver/relax_driver/offload.py"),
     ),

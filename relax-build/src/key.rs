@@ -61,7 +61,7 @@ impl KeyInputs {
             }
         }
         parts.insert(
-            format!("source:{}", relative(model, &model.source)),
+            format!("source:{}", model.source_label),
             sha256_file(&model.source)?,
         );
         for file in include_files(model)? {

@@ -177,6 +177,8 @@ pub struct Model {
     pub manifest_dir: PathBuf,
     /// The source file (absolute).
     pub source: PathBuf,
+    /// The source as the manifest writes it (`models/mlp.py`, `$OUT_DIR/model.onnx`).
+    pub source_label: String,
     /// What kind of source it is.
     pub kind: SourceKind,
     /// Extra files and folders the source imports (walked recursively).
@@ -409,19 +411,21 @@ struct RawPackageFile {
     sha256: String,
 }
 
-/// Reads and validates `[package.metadata.relax]` of the manifest in `manifest_dir`.
-pub fn read(manifest_dir: &Path) -> Result<Metadata> {
+/// Reads and validates `[package.metadata.relax]` of the manifest in `manifest_dir`;
+/// `out_dir` (the build script's `OUT_DIR`, when known) resolves `$OUT_DIR/` sources.
+pub fn read(manifest_dir: &Path, out_dir: Option<&Path>) -> Result<Metadata> {
     let path = manifest_dir.join("Cargo.toml");
     let text = std::fs::read_to_string(&path).map_err(|error| Error::Manifest {
         path: path.clone(),
         message: format!("cannot read it: {error}"),
     })?;
-    parse(&text, manifest_dir, &path)
+    parse_with(&text, manifest_dir, &path, out_dir)
 }
 
 /// Builds errors on a key of one manifest.
 struct Keys<'a> {
     manifest_path: &'a Path,
+    out_dir: Option<&'a Path>,
 }
 
 impl Keys<'_> {
@@ -456,6 +460,16 @@ impl Keys<'_> {
 
 /// Parses a manifest's text; `manifest_dir` resolves relative paths.
 pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Metadata> {
+    parse_with(text, manifest_dir, manifest_path, None)
+}
+
+/// [`parse`], with the build script's `OUT_DIR` for `$OUT_DIR/` sources.
+pub fn parse_with(
+    text: &str,
+    manifest_dir: &Path,
+    manifest_path: &Path,
+    out_dir: Option<&Path>,
+) -> Result<Metadata> {
     let document: toml::Table = toml::from_str(text).map_err(|error| Error::Manifest {
         path: manifest_path.to_path_buf(),
         message: format!("not valid TOML: {}", error.message()),
@@ -467,7 +481,10 @@ pub fn parse(text: &str, manifest_dir: &Path, manifest_path: &Path) -> Result<Me
     let Some(relax) = relax else {
         return Ok(Metadata::default());
     };
-    let keys = Keys { manifest_path };
+    let keys = Keys {
+        manifest_path,
+        out_dir,
+    };
     let raw: RawRelax = keys.deserialize(relax.clone(), ROOT_KEY)?;
     let defaults = merge_options(
         CompileOptions::default(),
@@ -614,7 +631,22 @@ fn validate_model(
              (e.g. source = \"models/mlp.py\" or \"models/mlp.onnx\")",
         )
     })?;
-    let source_path = manifest_dir.join(&source);
+    // `$OUT_DIR/...`: a model the build script generates before compiling the models.
+    let source_path = match source.strip_prefix("$OUT_DIR/") {
+        Some(rest) => match keys.out_dir {
+            Some(out_dir) => out_dir.join(rest),
+            None => {
+                return Err(keys.error(
+                    key("source"),
+                    format!(
+                        "`{source}` names a file a build script generates, so only a build script \
+                         (cargo build) knows where it is; outside one, give the path by hand"
+                    ),
+                ))
+            }
+        },
+        None => manifest_dir.join(&source),
+    };
     if !source_path.is_file() {
         return Err(keys.error(
             key("source"),
@@ -762,6 +794,7 @@ fn validate_model(
         name,
         manifest_dir: manifest_dir.to_path_buf(),
         source: source_path,
+        source_label: source,
         kind,
         include,
         entry,

@@ -24,7 +24,11 @@ impl Package {
         let manifest_dir = config.path_or_env(&config.manifest_dir, "CARGO_MANIFEST_DIR")?;
         let (cargo_target, host) = config.triples()?;
         let manifest_path = manifest_dir.join("Cargo.toml");
-        let mut metadata = metadata::read(&manifest_dir)?;
+        let out_dir = config
+            .out_dir
+            .clone()
+            .or_else(|| std::env::var_os("OUT_DIR").map(PathBuf::from));
+        let mut metadata = metadata::read(&manifest_dir, out_dir.as_deref())?;
         for model in &mut metadata.models {
             model.apply_env_overrides(cargo)?;
         }

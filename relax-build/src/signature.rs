@@ -20,6 +20,9 @@ pub struct Signature {
     /// Whether the driver wrote the weights file itself (ONNX initializers kept external).
     #[serde(default)]
     pub weights_written: bool,
+    /// What the driver wants the build to show (a preparation step it had to skip).
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 impl Signature {
@@ -71,6 +74,21 @@ pub struct TensorType {
     pub dtype: String,
     /// The dims.
     pub shape: Vec<Dim>,
+    /// A weight the model takes transposed: the weights file holds it as `[shape[1],
+    /// shape[0]]`, and relax-runtime transposes it when it loads it.
+    #[serde(default)]
+    pub transpose: bool,
+}
+
+impl TensorType {
+    /// The dims the weights file must hold (the transposed ones for a transposed weight).
+    pub fn stored_shape(&self) -> Vec<Dim> {
+        let mut shape = self.shape.clone();
+        if self.transpose {
+            shape.reverse();
+        }
+        shape
+    }
 }
 
 /// A static size, or the text of a symbolic dim (`batch`) or expression (`n * 2`).

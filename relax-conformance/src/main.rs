@@ -8,8 +8,9 @@
 //! Each `DIR/<case>/` holds `model.onnx` and `test_data_set_*/{input,output}_<i>.pb`
 //! (the layout of `onnx/backend/test/data/`). One line per case: `PASS <case>`,
 //! `FAIL <case>: <reason>` or `UNSUPPORTED <case>: <operator>` (TVM's importer rejects
-//! it; counted as failed), then a summary of the unsupported cases and, last,
-//! `N passed, M failed`. Outputs match when |actual - expected| <= 1e-5 + 1e-3 * |expected|
+//! it; counted as failed), then a summary of the unsupported cases, the passing cases
+//! that pass only thanks to the ONNX preparation step (each passing case is compiled
+//! again with `onnx_prepare = false`), and, last, `N passed, M failed`. Outputs match when |actual - expected| <= 1e-5 + 1e-3 * |expected|
 //! (integers and booleans exactly). With `--expect FILE` (one passing case name per line),
 //! the exit status is 1 only when a listed case does not pass; without it, when any case fails.
 
@@ -107,12 +108,19 @@ fn main() -> ExitCode {
     }
 
     let (mut passed, mut failed, mut unsupported) = (Vec::new(), Vec::new(), Vec::new());
+    let mut prepared_only = Vec::new();
     for case in &cases {
         let name = case.file_name().unwrap().to_string_lossy().into_owned();
         let out_dir = out_root.path().join(&name);
-        match run_case(&config.clone().out_dir(&out_dir), case) {
+        match run_case(&config.clone().out_dir(&out_dir), case, true) {
             Outcome::Pass => {
                 println!("PASS {name}");
+                let unprepared = config
+                    .clone()
+                    .out_dir(out_root.path().join(format!("{name}-unprepared")));
+                if !matches!(run_case(&unprepared, case, false), Outcome::Pass) {
+                    prepared_only.push(name.clone());
+                }
                 passed.push(name);
             }
             Outcome::Fail(reason) => {
@@ -132,6 +140,15 @@ fn main() -> ExitCode {
             .collect();
         println!("unsupported by TVM's ONNX importer: {}", list.join(", "));
     }
+    println!(
+        "passing only with the ONNX preparation step ({}): {}",
+        prepared_only.len(),
+        if prepared_only.is_empty() {
+            "none".to_string()
+        } else {
+            prepared_only.join(", ")
+        }
+    );
     println!(
         "{} passed, {} failed",
         passed.len(),
@@ -224,11 +241,13 @@ fn use_toolchain_runtime(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
-fn run_case(config: &Config, case: &Path) -> Outcome {
-    let model = match Model::from_source("model", &case.join("model.onnx"), None) {
+/// Compiles and runs one case, with or without the ONNX preparation step.
+fn run_case(config: &Config, case: &Path, onnx_prepare: bool) -> Outcome {
+    let mut model = match Model::from_source("model", &case.join("model.onnx"), None) {
         Ok(model) => model,
         Err(error) => return Outcome::Fail(first_line(&error.to_string())),
     };
+    model.options.onnx_prepare = onnx_prepare;
     let compiled = match tooling::compile_model(config, &model) {
         Ok(compiled) => compiled,
         Err(BuildError::UnsupportedOperator { operators, .. }) => {

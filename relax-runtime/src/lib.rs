@@ -74,6 +74,7 @@ mod api;
 mod device;
 mod dtype;
 mod error;
+mod kernels;
 mod library;
 mod locate;
 mod object;

@@ -47,6 +47,9 @@ pub struct TensorSignature {
     pub dtype: DType,
     /// The dims, outermost first.
     pub shape: Vec<Dim>,
+    /// A weight taken transposed: stored as `[shape[1], shape[0]]`, transposed at load.
+    #[serde(default)]
+    pub transpose: bool,
 }
 
 /// One dimension of a compiled shape.
@@ -209,6 +212,7 @@ mod tests {
             name: name.to_string(),
             dtype: DType::F32,
             shape: vec![Dim::Symbolic("n".to_string()), Dim::Static(4)],
+            transpose: false,
         };
         FunctionSignature {
             name: "add".to_string(),

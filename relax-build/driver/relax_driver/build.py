@@ -40,15 +40,12 @@ def compile_module(ir_module, target, request):
 
     "zero": relax.get_pipeline("zero") as a pre-pass (constant folding, fusion), then the
     CPU backend pipeline; "cpu": the backend pipeline alone; "default": tvm.compile's
-    "default" pipeline alone. With `offload`, matmuls and convolutions are first
-    rewritten into calls of relax-runtime's kernels (see offload.py). With tuning
+    "default" pipeline alone. (Offloading, see offload.py, happened before.) With tuning
     records, TVM's static_shape_tuning pipeline with no trials (the records' schedules
     applied) replaces the pre-pass.
     """
     import tvm
     from tvm import relax
-
-    from . import offload
 
     pipeline = request["pipeline"]
     if pipeline not in ("zero", "cpu", "default"):
@@ -56,8 +53,6 @@ def compile_module(ir_module, target, request):
     records = request.get("tuning_records")
     try:
         with tvm.transform.PassContext(opt_level=request.get("opt_level", 3)):
-            if request.get("offload") and pipeline != "default":
-                ir_module = offload.rewrite(ir_module, target)
             if records:
                 work_dir = checked_records_copy(records, request["output_dir"])
                 with target:
@@ -121,7 +116,13 @@ def export_library(executable, output_dir, library_name, cross_compiler):
     temporary = os.path.join(output_dir, library_name + ".tmp.so")
     try:
         if cross_compiler:
-            executable.export_library(temporary, fcompile=cc.cross_compiler(cross_compiler))
+            # The triple comes from the compiler (`-dumpmachine`): TVM otherwise takes it from
+            # the library's LLVM code, and packs the VM bytecode for the host when all the
+            # code is relax-runtime's kernels and there is none.
+            compile_function = cc.cross_compiler(
+                cross_compiler, get_target_triple=cc.get_target_by_dump_machine(cross_compiler)
+            )
+            executable.export_library(temporary, fcompile=compile_function)
         else:
             executable.export_library(temporary)
     except Exception as error:

@@ -1,5 +1,488 @@
-"""Offloading matmuls and convolutions to relax-runtime's kernels (TODO: issue 10)."""
+"""Offloading matmuls, convolutions, softmax and layer norm to relax-runtime's kernels.
+
+Before TVM lowers a model, the float32 matrix multiplications, 2-D convolutions, softmax
+(along the last axis, with an additive mask before it), layer norms (along the last
+axis) and sums or means over trailing axes of every Relax function are rewritten into `R.call_dps_packed("relax_runtime.<kernel>",
+...)`, together with what follows them when nothing else uses the intermediate value: a
+bias add, a batch norm, a constant scale, an activation. relax-runtime registers those
+functions when it loads TVM's runtime (its `kernels` module documents each kernel's
+arguments); they run on the `gemm` crate, with symbolic shapes, on TVM's thread pool.
+Whatever is not rewritten (other dtypes, layouts, ranks) stays with TVM.
+
+The rewrite walks each dataflow block's bindings in order, looking through the variables
+it binds: `y = matmul(x, t)` with `t = permute_dims(w)` becomes a dense kernel call, and a
+following `z = add(y, bias)` (when `y` has no other use) folds the bias into that call.
+An add of a tensor of the output's own shape (a residual connection) folds too, into the
+kernel's `_add` variant, which takes that tensor as its last input, and so does an
+activation after it. Bindings left unused are removed afterwards.
+
+A weight (a parameter bound at load time) that is only ever multiplied transposed (as
+`nn.Linear` stores it, `[out, in]`) is taken as `[in, out]` instead: the signature marks
+it `"transpose": true` and relax-runtime transposes it once, when it loads the weights,
+so that the kernels read it row by row (several times faster for few rows).
+"""
+
+import tvm
+from tvm import relax, sym
+
+# Activation op -> the kernels' epilogue code.
+EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3}
+
+
+def tensor_type(expr):
+    ty = getattr(expr, "ty", None)
+    return ty if isinstance(ty, relax.TensorType) else None
+
+
+def is_float32(*exprs):
+    return all(tensor_type(e) is not None and tensor_type(e).dtype == "float32" for e in exprs)
+
+
+def rank(expr):
+    ty = tensor_type(expr)
+    return ty.ndim if ty is not None else -1
+
+
+def dims(expr):
+    ty = tensor_type(expr)
+    if ty is None or ty.shape is None or not hasattr(ty.shape, "values"):
+        return None
+    return list(ty.shape.values)
+
+
+def provably_equal(a, b):
+    return sym.Analyzer().can_prove_equal(a, b)
+
+
+def op_name(expr):
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return expr.op.name
+    return None
+
+
+def packed_name(expr):
+    if op_name(expr) == "relax.call_dps_packed" and isinstance(expr.args[0], relax.ExternFunc):
+        return str(expr.args[0].global_symbol)
+    return None
+
+
+def packed(name, args, out_type):
+    return relax.call_dps_packed(relax.ExternFunc(name), args, out_ty=out_type)
+
+
+DENSE = ("relax_runtime.dense", "relax_runtime.dense_bias")
+CONV = ("relax_runtime.conv2d", "relax_runtime.conv2d_bias", "relax_runtime.conv2d_bn")
+RESIDUAL = "_add"
+
+
+def with_residual(name):
+    """Whether a kernel takes a residual (its name ends in `_add`)."""
+    return name.endswith(RESIDUAL)
+
+
+def epilogue_index(name):
+    """The position of the epilogue code in a dense or conv kernel's arguments (the last,
+    or before the residual)."""
+    return -2 if with_residual(name) else -1
+
+
+def int_value(value):
+    return relax.expr.prim_value(int(value))
+
+
+def float_value(value):
+    return relax.expr.prim_value(float(value))
+
+
+def scalar_constant(expr):
+    """The value of a float32 constant with one element, or None."""
+    if not isinstance(expr, tvm.ir.Constant):
+        return None
+    data = expr.value.numpy()
+    if data.size != 1 or str(data.dtype) != "float32":
+        return None
+    return float(data.reshape(()))
+
+
+def swaps_last_two(permute, ndim):
+    """Whether `permute_dims(b, axes)` swaps the last two axes of a rank-`ndim` tensor."""
+    axes = permute.attrs.axes
+    if axes is None:
+        return ndim == 2
+    return [int(a) for a in axes] == list(range(ndim - 2)) + [ndim - 1, ndim - 2]
+
+
+class Block:
+    """One dataflow block being rewritten: what each variable is bound to (as rewritten
+    so far) and how often each is used in the whole function."""
+
+    def __init__(self, uses):
+        self.uses = uses
+        self.values = {}
+
+    def value_of(self, expr):
+        """The value a variable is bound to in this block (or None)."""
+        return self.values.get(expr) if isinstance(expr, relax.Var) else None
+
+    def single_use(self, var):
+        return isinstance(var, relax.DataflowVar) and self.uses.get(var, 0) == 1
+
+    def transposed_operand(self, expr, ndim):
+        """`b` when `expr` is bound to `permute_dims(b)` swapping the last two axes."""
+        bound = self.value_of(expr)
+        if op_name(bound) == "relax.permute_dims" and swaps_last_two(bound, ndim):
+            return bound.args[0]
+        return None
+
+    def rewrite(self, value):
+        """The kernel call replacing `value`, or None."""
+        name = op_name(value)
+        if name == "relax.matmul":
+            return self.matmul(value)
+        if name == "relax.nn.conv2d":
+            return self.conv2d(value)
+        if name == "relax.nn.softmax":
+            return self.softmax(value)
+        if name == "relax.nn.layer_norm":
+            return self.layer_norm(value)
+        if name in ("relax.mean", "relax.sum"):
+            return self.reduce_trailing(value, name == "relax.mean")
+        if name in ("relax.add", "relax.multiply", "relax.divide") or name in EPILOGUE:
+            return self.fold(value, name)
+        if isinstance(value, tvm.ir.TupleGetItem):
+            return self.batch_norm(value)
+        return None
+
+    def matmul(self, call):
+        a, b = call.args
+        if not is_float32(a, b, call):
+            return None
+        ra, rb = rank(a), rank(b)
+        transposed_2d = self.transposed_operand(b, 2) if rb == 2 else None
+        if rb == 2 and ra >= 1:
+            weight = transposed_2d if transposed_2d is not None else b
+            if rank(weight) != 2:
+                return None
+            args = [a, weight, int_value(transposed_2d is not None), int_value(0)]
+            return packed("relax_runtime.dense", args, call.ty)
+        if ra >= 3 and rb == ra:
+            transposed = self.transposed_operand(b, rb)
+            other = transposed if transposed is not None else b
+            da, db = dims(a), dims(other)
+            if da is None or db is None or not all(provably_equal(x, y) for x, y in zip(da[:-2], db[:-2])):
+                return None
+            args = [a, other, int_value(transposed is not None), float_value(1.0)]
+            return packed("relax_runtime.batch_matmul", args, call.ty)
+        return None
+
+    def conv2d(self, call):
+        x, w = call.args
+        attrs = call.attrs
+        if (
+            attrs.data_layout != "NCHW"
+            or attrs.kernel_layout != "OIHW"
+            or attrs.out_layout not in ("NCHW", "")
+            or not is_float32(x, w, call)
+            or rank(x) != 4
+            or rank(w) != 4
+        ):
+            return None
+        padding = [int(p) for p in attrs.padding]
+        if len(padding) == 2:
+            padding = [padding[0], padding[1], padding[0], padding[1]]
+        settings = [int(s) for s in attrs.strides] + padding + [int(d) for d in attrs.dilation] + [int(attrs.groups)]
+        return packed("relax_runtime.conv2d", [x, w] + [int_value(v) for v in settings] + [int_value(0)], call.ty)
+
+    def softmax(self, call):
+        """Softmax along the last axis, with the additive mask before it folded in."""
+        x = call.args[0]
+        ndim = rank(x)
+        if not is_float32(x, call) or ndim < 1 or int(call.attrs.axis) not in (-1, ndim - 1):
+            return None
+        bound = self.value_of(x)
+        if op_name(bound) == "relax.add" and self.single_use(x):
+            for scores, mask in (bound.args, reversed(bound.args)):
+                if self.is_residual(scores, call) and self.broadcasts_over_rows(mask, call):
+                    return packed("relax_runtime.softmax_add", [scores, mask], call.ty)
+        return packed("relax_runtime.softmax", [x], call.ty)
+
+    def broadcasts_over_rows(self, mask, call):
+        """Whether `mask` has `call`'s rank and last dim, and each other dim is `call`'s or 1."""
+        mine, theirs = dims(call), dims(mask)
+        if not is_float32(mask) or mine is None or theirs is None or len(mine) != len(theirs):
+            return False
+        if not provably_equal(mine[-1], theirs[-1]):
+            return False
+        return all(provably_equal(a, b) or provably_equal(b, 1) for a, b in zip(mine[:-1], theirs[:-1]))
+
+    def layer_norm(self, call):
+        x, gamma, beta = call.args
+        attrs = call.attrs
+        ndim = rank(x)
+        axes = [int(axis) for axis in attrs.axes]
+        if (
+            not is_float32(x, gamma, beta, call)
+            or ndim < 1
+            or axes not in ([-1], [ndim - 1])
+            or not attrs.center
+            or not attrs.scale
+            or rank(gamma) != 1
+            or rank(beta) != 1
+        ):
+            return None
+        return packed("relax_runtime.layer_norm", [x, gamma, beta, float_value(float(attrs.epsilon))], call.ty)
+
+    def reduce_trailing(self, call, mean):
+        """A sum or mean over the trailing axes (a global average pool, for one)."""
+        x = call.args[0]
+        ndim = rank(x)
+        if not is_float32(x, call) or ndim < 1 or call.attrs.axis is None:
+            return None
+        axes = sorted(int(axis) % ndim for axis in call.attrs.axis)
+        if not axes or axes != list(range(ndim - len(axes), ndim)):
+            return None
+        return packed("relax_runtime.reduce_trailing", [x, int_value(len(axes)), int_value(int(mean))], call.ty)
+
+    def kernel_of(self, operand):
+        """The kernel call `operand` (a single-use variable) is bound to, or None."""
+        if not self.single_use(operand):
+            return None
+        bound = self.value_of(operand)
+        return bound if packed_name(bound) is not None else None
+
+    def fold(self, call, name):
+        """A bias, a scale or an activation folded into the kernel call before it."""
+        first = call.args[0]
+        kernel = self.kernel_of(first)
+        if kernel is None and name in ("relax.add", "relax.multiply"):
+            # The kernel may be the second operand of a commutative op.
+            kernel = self.kernel_of(call.args[1])
+            if kernel is not None:
+                first, other = call.args[1], call.args[0]
+            else:
+                return None
+        elif kernel is None:
+            return None
+        else:
+            other = call.args[1] if len(call.args) > 1 else None
+        kernel_name = packed_name(kernel)
+        args = list(kernel.args[1].fields)
+        plain = kernel_name in DENSE + CONV
+        if name in EPILOGUE:
+            base = kernel_name[: -len(RESIDUAL)] if with_residual(kernel_name) else kernel_name
+            if base not in DENSE + CONV:
+                return None
+            at = epilogue_index(kernel_name)
+            if int(args[at].value) != 0 or (base in CONV and name != "relax.nn.relu"):
+                return None
+            args[at] = int_value(EPILOGUE[name])
+            return packed(kernel_name, args, call.ty)
+        if name == "relax.add" and plain and int(args[-1].value) == 0 and self.is_residual(other, call):
+            # `kernel(...) + residual`: added before any activation that follows.
+            return packed(kernel_name + RESIDUAL, args + [other], call.ty)
+        if name == "relax.add" and kernel_name == "relax_runtime.dense" and int(args[-1].value) == 0:
+            n = dims(call)[-1] if dims(call) else None
+            bias_dims = dims(other)
+            if bias_dims is not None and len(bias_dims) == 1 and n is not None and provably_equal(bias_dims[0], n) and is_float32(other):
+                return packed("relax_runtime.dense_bias", args[:2] + [other] + args[2:], call.ty)
+            return None
+        if name == "relax.add" and kernel_name == "relax_runtime.conv2d" and int(args[-1].value) == 0:
+            bias = self.conv_bias(other, dims(first))
+            if bias is None:
+                return None
+            return packed("relax_runtime.conv2d_bias", args[:2] + [bias] + args[2:], call.ty)
+        if name in ("relax.multiply", "relax.divide") and kernel_name == "relax_runtime.batch_matmul":
+            scale = scalar_constant(other)
+            if scale is None or (name == "relax.divide" and scale == 0.0):
+                return None
+            alpha = float(args[3].value) * (scale if name == "relax.multiply" else 1.0 / scale)
+            return packed(kernel_name, args[:3] + [float_value(alpha)], call.ty)
+        return None
+
+    def is_residual(self, other, call):
+        """Whether `other` is a float32 tensor of exactly `call`'s shape (no broadcast)."""
+        mine, theirs = dims(call), dims(other)
+        return (
+            is_float32(other)
+            and mine is not None
+            and theirs is not None
+            and len(mine) == len(theirs)
+            and all(provably_equal(a, b) for a, b in zip(mine, theirs))
+        )
+
+    def conv_bias(self, bias, conv_dims):
+        """A conv bias as a 1-D tensor of the filters (`[O]`, or `[1, O, 1, 1]` reshaped)."""
+        bias_dims = dims(bias)
+        if bias_dims is None or conv_dims is None or not is_float32(bias):
+            return None
+        filters = conv_dims[1]
+        if len(bias_dims) == 1 and provably_equal(bias_dims[0], filters):
+            return bias
+        if len(bias_dims) == 4 and provably_equal(bias_dims[1], filters) and all(
+            provably_equal(d, 1) for d in (bias_dims[0], bias_dims[2], bias_dims[3])
+        ):
+            # ONNX's importer reshapes a [O] bias to [1, O, 1, 1]: take the [O] tensor.
+            source = self.value_of(bias)
+            if op_name(source) == "relax.reshape" and rank(source.args[0]) == 1 and is_float32(source.args[0]):
+                return source.args[0]
+            return relax.op.reshape(bias, [filters])
+        return None
+
+    def batch_norm(self, item):
+        """`batch_norm(conv2d(...))[0]` folded into the convolution."""
+        if item.index != 0:
+            return None
+        norm = self.value_of(item.tuple_value)
+        if op_name(norm) != "relax.nn.batch_norm" or not self.single_use(item.tuple_value):
+            return None
+        kernel = self.kernel_of(norm.args[0])
+        if packed_name(kernel) != "relax_runtime.conv2d" or int(kernel.args[1].fields[-1].value) != 0:
+            return None
+        attrs = norm.attrs
+        params = list(norm.args[1:5])
+        if int(attrs.axis) != 1 or not attrs.center or not attrs.scale or not is_float32(*params):
+            return None
+        if any(rank(p) != 1 for p in params):
+            return None
+        args = list(kernel.args[1].fields)
+        new_args = args[:2] + params + [float_value(float(attrs.epsilon))] + args[2:]
+        return packed("relax_runtime.conv2d_bn", new_args, tensor_type(item))
+
+
+def count_uses(function):
+    """How many bindings (and the function's result) use each variable."""
+    uses = {}
+
+    def add(expr):
+        for var in relax.analysis.free_vars(expr):
+            uses[var] = uses.get(var, 0) + 1
+
+    for block in function.body.blocks:
+        for binding in block.bindings:
+            add(binding.value)
+    add(function.body.body)
+    return uses
+
+
+def without_unused_bindings(function):
+    """The function with the dataflow bindings nothing uses removed (transitively)."""
+    used = set(relax.analysis.free_vars(function.body.body))
+    for block in reversed(function.body.blocks):
+        for binding in reversed(block.bindings):
+            dead = isinstance(binding.var, relax.DataflowVar) and binding.var not in used
+            if not dead:
+                used.update(relax.analysis.free_vars(binding.value))
+    blocks = []
+    changed = False
+    for block in function.body.blocks:
+        kept = [b for b in block.bindings if not (isinstance(b.var, relax.DataflowVar) and b.var not in used)]
+        changed |= len(kept) != len(block.bindings)
+        blocks.append(relax.DataflowBlock(kept) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(kept))
+    if not changed:
+        return function
+    body = relax.SeqExpr(blocks, function.body.body)
+    return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+
+
+def rewrite_function(function):
+    # Unused bindings (a batch norm's running statistics) would count as uses.
+    function = without_unused_bindings(function)
+    uses = count_uses(function)
+    blocks = []
+    changed = False
+    for block in function.body.blocks:
+        if not isinstance(block, relax.DataflowBlock):
+            blocks.append(block)
+            continue
+        state = Block(uses)
+        bindings = []
+        for binding in block.bindings:
+            if not isinstance(binding, relax.VarBinding):
+                bindings.append(binding)
+                continue
+            value = binding.value
+            rewritten = state.rewrite(value)
+            if rewritten is not None:
+                value = rewritten
+                changed = True
+            state.values[binding.var] = value
+            bindings.append(relax.VarBinding(binding.var, value))
+        blocks.append(relax.DataflowBlock(bindings))
+    if not changed:
+        return function
+    body = relax.SeqExpr(blocks, function.body.body)
+    # The bindings the folding left unused go.
+    return without_unused_bindings(relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs))
+
+
+def transpose_weights(function):
+    """Takes the weights used only as transposed dense operands as `[in, out]` parameters.
+
+    Returns the function and the indices of the parameters it changed.
+    """
+    attrs = function.attrs if function.attrs is not None else {}
+    num_input = int(attrs["num_input"]) if "num_input" in attrs else len(function.params)
+    candidates = {param: index for index, param in enumerate(function.params) if index >= num_input and rank(param) == 2}
+    transposed_uses = {}
+    disqualified = set()
+    for block in function.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            name = packed_name(value)
+            args = list(value.args[1].fields) if name else []
+            dense = name is not None and name.removesuffix(RESIDUAL) in DENSE
+            for position, arg in enumerate(args if name else []):
+                if arg in candidates:
+                    if dense and position == 1 and int(args[epilogue_index(name) - 1].value) == 1:
+                        transposed_uses[arg] = transposed_uses.get(arg, 0) + 1
+                    else:
+                        disqualified.add(arg)
+            if not name:
+                disqualified.update(v for v in relax.analysis.free_vars(value) if v in candidates)
+    disqualified.update(v for v in relax.analysis.free_vars(function.body.body) if v in candidates)
+    chosen = {param for param in transposed_uses if param not in disqualified}
+    if not chosen:
+        return function, []
+    replacement = {}
+    for param in chosen:
+        n, k = dims(param)
+        replacement[param] = relax.Var(param.name, relax.TensorType([k, n], tensor_type(param).dtype))
+    blocks = []
+    for block in function.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            value = binding.value
+            name = packed_name(value)
+            if name is not None and name.removesuffix(RESIDUAL) in DENSE:
+                args = list(value.args[1].fields)
+                if args[1] in replacement:
+                    args[1] = replacement[args[1]]
+                    args[epilogue_index(name) - 1] = int_value(0)
+                    value = packed(name, args, binding.var.ty)
+            bindings.append(relax.VarBinding(binding.var, value))
+        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(bindings))
+    params = [replacement.get(param, param) for param in function.params]
+    body = relax.SeqExpr(blocks, function.body.body)
+    indices = sorted(candidates[param] for param in chosen)
+    return relax.Function(params, body, function.ret_ty, function.is_pure, function.attrs), indices
 
 
 def rewrite(ir_module, target):
-    return ir_module
+    """The module with its matmuls and convolutions rewritten into kernel calls, and, per
+    function name, the indices of the weight parameters now taken transposed."""
+    del target  # the kernels choose their instructions at run time
+    module = ir_module
+    transposed = {}
+    for global_var, function in list(ir_module.functions.items()):
+        if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):
+            rewritten = rewrite_function(function)
+            rewritten, indices = transpose_weights(rewritten)
+            if indices:
+                transposed[global_var.name_hint] = indices
+            if not rewritten.same_as(function):
+                if module is ir_module:
+                    module = tvm.IRModule(dict(ir_module.functions), attrs=ir_module.attrs)
+                module[global_var] = rewritten
+    if module is not ir_module:
+        module = relax.transform.Normalize()(module)
+    return module, transposed

@@ -5,6 +5,7 @@ import io
 import re
 import traceback
 
+from . import onnx_prepare
 from .errors import DriverError
 
 ONNX_EMBED_LIMIT_BYTES = 1 << 20
@@ -75,6 +76,28 @@ def pin_inputs(model, inputs, source_path):
                     dim.dim_param = wanted
 
 
+def import_fix(model, request):
+    """What to try when TVM's importer fails on a node: most failures on real exports come
+    from shapes computed at run time, which the preparation step folds once the input
+    dims are static."""
+    symbolic = {
+        name: [dim.dim_param or "?" for dim in value.type.tensor_type.shape.dim if not dim.dim_value]
+        for name, value in graph_inputs(model).items()
+        if value.type.tensor_type.HasField("shape")
+    }
+    symbolic = {name: dims for name, dims in symbolic.items() if dims}
+    if not request.get("onnx_prepare", True):
+        return "Fix: turn the ONNX preparation step back on (remove onnx_prepare = false): it folds shape computations."
+    if symbolic:
+        listed = "; ".join(f"{name} ({', '.join(dims)})" for name, dims in symbolic.items())
+        return (
+            "Fix: if the graph computes shapes at run time (Shape -> Gather -> Concat -> Reshape), pin the "
+            f"symbolic dims of {listed} to numbers in the model's inputs.main, so that the preparation step "
+            "can fold those computations; or export the model with static shapes."
+        )
+    return "Fix: export the model with another opset_version or exporter option, or write it as a Relax nn.Module source."
+
+
 def read_model(source_path):
     import onnx
 
@@ -91,7 +114,7 @@ def read_model(source_path):
 
 
 def load(request):
-    """An .onnx file -> (IRModule, weights or None).
+    """An .onnx file -> (IRModule, weights or None, warnings for the build's output).
 
     Initializers are compiled in as constants when `weights` is "embed", or when they
     total at most ONNX_EMBED_LIMIT_BYTES and `weights` is not "external"; otherwise they
@@ -105,6 +128,10 @@ def load(request):
     source_path = request["source"]
     model = read_model(source_path)
     pin_inputs(model, request["inputs"], source_path)
+    warnings = []
+    if request.get("onnx_prepare", True):
+        model, warnings = onnx_prepare.prepare(model)
+    onnx_prepare.check_supported(model, source_path)
     initializer_bytes = sum(onnx.numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
     mode = request.get("weights_mode") or "auto"
     external = mode == "external" or (mode == "auto" and initializer_bytes > ONNX_EMBED_LIMIT_BYTES)
@@ -125,19 +152,25 @@ def load(request):
     except Exception as error:
         failed = re.findall(r"Error converting operator (\w+)", printed.getvalue())
         if failed:
-            nodes = [node.name or f"#{i}" for i, node in enumerate(model.graph.node) if node.op_type == failed[-1]]
+            op_type = failed[-1]
+            nodes = [node.name or f"#{i}" for i, node in enumerate(model.graph.node) if node.op_type == op_type]
             first_line = str(error).splitlines()[0][:300] if str(error) else ""
+            reason = f"{type(error).__name__}: {first_line}"
+            operator = {"op_type": op_type, "count": len(nodes), "nodes": nodes[:3], "reason": reason}
             raise DriverError(
                 "onnx_unsupported",
-                f"TVM's ONNX importer failed on operator {failed[-1]} (node(s) {', '.join(nodes[:5])}): "
-                f"{type(error).__name__}: {first_line}",
-                subject=failed[-1],
+                f"TVM's ONNX importer failed on operator {op_type} (one of node(s) {', '.join(nodes[:5])}): {reason}",
+                import_fix(model, request),
+                subject=op_type,
+                operators=[operator],
             ) from error
         raise DriverError(
-            "onnx_import", f"{type(error).__name__}: {str(error)[:500]}", traceback.format_exc(limit=-3)
+            "onnx_import",
+            f"{type(error).__name__}: {str(error)[:500]}\n{import_fix(model, request)}",
+            traceback.format_exc(limit=-3),
         ) from error
     weights = None
     if external:
         ir_module, params = relax.frontend.detach_params(ir_module)
         weights = [param.numpy() for param in params.get("main", [])]
-    return ir_module, weights
+    return ir_module, weights, warnings

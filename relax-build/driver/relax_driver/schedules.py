@@ -1,7 +1,144 @@
-"""Default CPU schedules for TIR functions without tuning records (TODO: issue 10)."""
+"""Default CPU schedules for the TIR functions left after offloading, when a model has
+no tuning records: without them TVM runs every loop nest on one thread, one element at
+a time.
+
+Rules, in order (the first that applies to a function wins): TVM's dlight CPU rules
+(`Reduction` for softmax / layer norm / RMS norm, with one corner case fixed; `GEMV`), then `Injective` (this file)
+for elementwise and layout functions, then `Fallback` (this file), which parallelizes
+the outer spatial loops of any other loop nest.
+"""
+
+from tvm import s_tir, tirx
+from tvm.s_tir import dlight
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.base import get_extent, try_inline
+from tvm.target import Target
+from tvm.target.codegen import llvm_get_vector_width
+
+
+def vector_lanes(target, dtype_bits=32):
+    bits = llvm_get_vector_width(target)
+    return max((bits if bits > 0 else 128) // dtype_bits, 1)
+
+
+def split_vectorize(sch, loop, lanes):
+    """Splits `loop` into (outer, lanes) and vectorizes the inner part; returns the outer."""
+    extent = get_extent(sch, loop)
+    if isinstance(extent, int) and extent <= lanes:
+        if extent >= 2:
+            sch.vectorize(loop)
+        return None
+    outer, inner = sch.split(loop, factors=[None, lanes])
+    sch.vectorize(inner)
+    return outer
+
+
+class Reduction(dlight.cpu.Reduction):
+    """dlight's CPU `Reduction` rule, except for functions whose reductions produce a
+    single value (a softmax over a [1, n] tensor): there dlight nests the reductions
+    inside the loop over the n outputs and computes them n times. Those go to
+    `Fallback`, which keeps the loop nests apart."""
+
+    def apply(self, func, target: Target, tunable: bool):
+        if not isinstance(func, tirx.PrimFunc):
+            return None
+        infos = normalize_prim_func(s_tir.Schedule(func))
+        if infos and any(info.is_reduction() and single_output(info) for info in infos):
+            return None
+        return super().apply(func, target, tunable)
+
+
+def single_output(info):
+    """Whether every spatial iterator of the block has extent 1."""
+    for iterator in info.iters:
+        if iterator.kind == "S" and not (isinstance(iterator.dom, int) and iterator.dom == 1):
+            extent = iterator.dom
+            if not (hasattr(extent, "value") and extent.value == 1):
+                return False
+    return True
+
+
+class Injective(dlight.cpu.base.CPUScheduleRule):
+    """Functions of spatial blocks only (elementwise ops, broadcasts, transposes,
+    reshapes, gathers): per block, the innermost loop split into vectorized chunks and
+    the loops around it fused into one parallel loop, so that index arithmetic (divisions
+    by symbolic dims, for a transpose or a broadcast) happens once per row, not per
+    element. A block whose innermost loop is short has all its loops fused instead."""
+
+    def apply(self, func, target: Target, _tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if not infos or any(not info.is_injective() for info in infos):
+            return None
+        lanes = vector_lanes(target)
+        for info in infos:
+            loops = sch.get_loops(info.block_rv)
+            if not loops:
+                continue
+            innermost = get_extent(sch, loops[-1])
+            short = isinstance(innermost, int) and innermost < lanes
+            if len(loops) == 1 or short:
+                fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+                outer = split_vectorize(sch, fused, lanes)
+                if outer is not None:
+                    sch.parallel(outer)
+                continue
+            rows = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+            sch.parallel(rows)
+            split_vectorize(sch, loops[-1], lanes)
+        return sch
+
+
+class Fallback(dlight.cpu.base.CPUScheduleRule):
+    """Any other function: producers such as paddings inlined into their consumers,
+    then each block's leading spatial loops run in parallel, all but the innermost one
+    when the others give enough parallel iterations (so that the innermost stays a
+    plain loop without index arithmetic); reductions stay sequential inside."""
+
+    def apply(self, func, target: Target, _tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if not infos:
+            return None
+        if len(infos) > 1:
+            infos = try_inline(sch, infos)
+        changed = False
+        for info in infos:
+            kinds = info.dom_kind()
+            leading = len(kinds) - len(kinds.lstrip("S"))
+            loops = sch.get_loops(info.block_rv)
+            if leading == 0 or len(loops) < leading:
+                continue
+            outer = loops[: leading - 1] if leading > 1 and enough_iterations(sch, loops[: leading - 1]) else loops[:leading]
+            sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+            changed = True
+        return sch if changed else None
+
+
+# Parallel iterations that keep two threads busy without the innermost loop.
+ENOUGH_ITERATIONS = 16
+
+
+def enough_iterations(sch, loops):
+    """Whether `loops` together run at least ENOUGH_ITERATIONS times (symbolic: yes)."""
+    total = 1
+    for loop in loops:
+        extent = get_extent(sch, loop)
+        if not isinstance(extent, int):
+            return True
+        total *= extent
+    return total >= ENOUGH_ITERATIONS
 
 
 def default_schedule_pass(target):
-    import tvm
-
-    return tvm.transform.Sequential([])
+    """dlight's ApplyDefaultSchedule with the rules above, for `target`."""
+    return dlight.ApplyDefaultSchedule(
+        Reduction(),
+        dlight.cpu.GEMV(),
+        Injective(),
+        Fallback(),
+    )

@@ -31,12 +31,18 @@ def outputs_to_json(ty, function_name):
     return [tensor_type_to_json(ty, f"the output of `{function_name}`")], False
 
 
-def signature_of(ir_module, weight_names):
-    """Public Relax functions of the module, with arguments split into inputs and weights."""
+def signature_of(ir_module, weight_names, transposed=None):
+    """Public Relax functions of the module, with arguments split into inputs and weights.
+
+    `transposed` maps a function's name to the indices of the weight parameters it takes
+    transposed (see offload.py): their signature shape is the transposed one and they
+    are marked `"transpose": true`.
+    """
+    transposed = transposed or {}
     from tvm import relax
 
     functions = []
-    for _, function in sorted(ir_module.functions.items(), key=lambda item: item[0].name_hint):
+    for global_var, function in sorted(ir_module.functions.items(), key=lambda item: item[0].name_hint):
         if not isinstance(function, relax.Function):
             continue
         attrs = function.attrs if function.attrs is not None else {}
@@ -46,9 +52,12 @@ def signature_of(ir_module, weight_names):
         params = list(function.params)
         num_input = int(attrs["num_input"]) if "num_input" in attrs else len(params)
         arguments = []
-        for param in params:
+        flipped = set(transposed.get(global_var.name_hint, ()))
+        for index, param in enumerate(params):
             entry = tensor_type_to_json(param.ty, f"argument `{param.name}` of `{name}`")
             entry["name"] = str(param.name)
+            if index in flipped:
+                entry["transpose"] = True
             arguments.append(entry)
         weights = arguments[num_input:]
         if weight_names is not None:

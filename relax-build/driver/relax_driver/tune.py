@@ -33,7 +33,6 @@ def tune_module(ir_module, functions, request):
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from . import offload
     from .build import make_target
 
     refuse_symbolic_dims(functions, request["model"])
@@ -42,9 +41,6 @@ def tune_module(ir_module, functions, request):
     os.makedirs(work_dir, exist_ok=True)
     # Meta-schedule needs the core count of the machine it measures on.
     tuning_target = make_target(request, {"num-cores": os.cpu_count() or 1})
-    if request.get("offload"):
-        # What the kernels run is not TVM's to tune.
-        ir_module = offload.rewrite(ir_module, tuning_target)
     with tuning_target:
         prepared = tvm.transform.Sequential(
             [

@@ -1,0 +1,224 @@
+"""The ONNX preparation step, run on a graph whose inputs carry the manifest's dims.
+
+1. onnxslim: shape inference (a `Shape` of a tensor whose dims are all pinned becomes a
+   constant) and graph simplifications (batch norms folded into convolutions, ...).
+2. Constant folding (here, with onnx's reference evaluator: onnxslim folds only with
+   onnxruntime installed): every node whose inputs are all constants becomes a constant,
+   so that shape subgraphs the pinned dims determine (`Shape -> Gather -> Concat ->
+   Reshape`, as recent exporters write them) end as constant reshape targets, which TVM's
+   importer needs. Dims left symbolic stay symbolic.
+3. Rewrites of operators TVM imports poorly: a `Sum` of tensors becomes a chain of
+   `Add`s (TVM imports `Sum` as broadcast + stack + a reduction, which no elementwise
+   operator after it can fuse with, and which costs ResNet-50 a tenth of its time).
+
+Before importing, `check_supported` lists every operator TVM's importer has no
+converter for, so that one build names them all.
+"""
+
+import contextlib
+import copy
+import io
+
+from .errors import DriverError
+
+# Nodes named per operator in an error; the count says how many there are.
+NAMED_NODES = 3
+
+
+def slim(model, warnings):
+    """The model after onnxslim's shape inference and simplifications; the model as it
+    was when onnxslim fails on it (it does on some graphs of old opsets), with a warning
+    in `warnings`: onnxslim is an optimization, and the graph may import without it."""
+    import onnxslim
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            prepared = onnxslim.slim(copy.deepcopy(model))
+        if prepared is None:
+            raise ValueError("it returned no model")
+    except Exception as error:
+        warnings.append(
+            f"the ONNX preparation step skipped onnxslim {onnxslim.__version__}, which failed on this graph "
+            f"({type(error).__name__}: {str(error)[:200]}); constant folding still ran"
+        )
+        return model
+    keep_inputs(model, prepared)
+    return prepared
+
+
+def keep_inputs(original, prepared):
+    """Gives `prepared` the graph inputs of `original`, in their order: onnxslim drops
+    inputs no node reads, which would silently change the model's signature."""
+    # (Old exporters list initializers among the inputs too; those are not inputs.)
+    initializers = {init.name for init in original.graph.initializer}
+    wanted = [value for value in original.graph.input if value.name not in initializers]
+    if [value.name for value in prepared.graph.input] == [value.name for value in wanted]:
+        return
+    del prepared.graph.input[:]
+    prepared.graph.input.extend(wanted)
+
+
+# Operators never folded: random ones, and those with subgraphs.
+UNFOLDABLE = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial"}
+# A folded value may be at most this many elements larger than its inputs together
+# (so that a ConstantOfShape or Expand does not grow the model).
+FOLD_GROWTH_LIMIT = 1 << 16
+
+
+def fold_constants(model):
+    """Replaces, in place, the main graph's nodes whose inputs are all constants by
+    initializers holding their outputs. Returns how many nodes were folded."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    graph = model.graph
+    known = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    graph_inputs = {value.name for value in graph.input}
+    opsets = list(model.opset_import)
+    kept, folded_outputs = [], []
+    for node in graph.node:
+        inputs = [name for name in node.input if name]
+        foldable = (
+            node.domain in ("", "ai.onnx")
+            and node.op_type not in UNFOLDABLE
+            and not any(attribute.type in (attribute.GRAPH, attribute.GRAPHS) for attribute in node.attribute)
+            and all(name in known and name not in graph_inputs for name in inputs)
+        )
+        outputs = evaluate(node, known, opsets, helper, ReferenceEvaluator) if foldable else None
+        if outputs is None:
+            kept.append(node)
+            continue
+        for name, value in outputs.items():
+            known[name] = value
+            folded_outputs.append(name)
+    if len(kept) == len(graph.node):
+        return 0
+    used = {name for node in kept for name in node.input} | {value.name for value in graph.output}
+    existing = {init.name for init in graph.initializer}
+    for name in folded_outputs:
+        if name in used and name not in existing:
+            graph.initializer.append(numpy_helper.from_array(known[name], name))
+    folded = len(graph.node) - len(kept)
+    del graph.node[:]
+    graph.node.extend(kept)
+    return folded
+
+
+def evaluate(node, known, opsets, helper, evaluator_class):
+    """The outputs of `node` on the known values, or None when it cannot be evaluated or
+    its outputs would grow the model too much."""
+    inputs = [name for name in node.input if name]
+    try:
+        evaluator = evaluator_class(
+            helper.make_model(
+                helper.make_graph(
+                    [node],
+                    "fold",
+                    [helper.make_tensor_value_info(name, 0, None) for name in inputs],
+                    [helper.make_tensor_value_info(name, 0, None) for name in node.output if name],
+                ),
+                opset_imports=opsets,
+            )
+        )
+        values = evaluator.run(None, {name: known[name] for name in inputs})
+    except Exception:  # an operator the reference evaluator lacks: leave it to TVM
+        return None
+    import numpy as np
+
+    names = [name for name in node.output if name]
+    budget = sum(known[name].size for name in inputs) + FOLD_GROWTH_LIMIT
+    # Only tensors become initializers (not sequences or optionals).
+    if len(values) != len(names) or not all(isinstance(value, np.ndarray) for value in values):
+        return None
+    if sum(value.size for value in values) > budget:
+        return None
+    return dict(zip(names, values))
+
+
+def default_opset(model):
+    """The version of the default ("" / ai.onnx) operator set the model imports."""
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            return opset.version
+    return 0
+
+
+def sums_to_adds(model):
+    """Rewrites every `Sum` of the main graph into a chain of binary `Add`s, in place.
+
+    `Add` and `Sum` broadcast alike from opset 8 on; older graphs are left alone.
+    Returns how many `Sum` nodes were rewritten.
+    """
+    from onnx import helper
+
+    if default_opset(model) < 8:
+        return 0
+    rewritten = 0
+    nodes = []
+    for node in model.graph.node:
+        if node.op_type != "Sum" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            nodes.append(node)
+            continue
+        rewritten += 1
+        base = node.name or node.output[0]
+        running = node.input[0]
+        for index, addend in enumerate(node.input[1:], start=1):
+            last = index == len(node.input) - 1
+            output = node.output[0] if last else f"{base}/relax_sum_{index}"
+            nodes.append(helper.make_node("Add", [running, addend], [output], name=f"{base}/add_{index}"))
+            running = output
+    if rewritten:
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return rewritten
+
+
+def prepare(model):
+    """The three steps; returns the prepared model and warnings for the build's output."""
+    warnings = []
+    prepared = slim(model, warnings)
+    fold_constants(prepared)
+    sums_to_adds(prepared)
+    return prepared, warnings
+
+
+def unsupported_operators(model, supported):
+    """The main graph's operators without a converter in `supported`, in order of first
+    appearance: [{op_type, count, nodes, reason}]."""
+    found = {}
+    for index, node in enumerate(model.graph.node):
+        if node.op_type in supported:
+            continue
+        entry = found.setdefault(
+            node.op_type, {"op_type": node.op_type, "count": 0, "nodes": [], "reason": "unsupported"}
+        )
+        entry["count"] += 1
+        if len(entry["nodes"]) < NAMED_NODES:
+            entry["nodes"].append(node.name or f"#{index}")
+    return list(found.values())
+
+
+def describe(operator):
+    nodes = ", ".join(operator["nodes"])
+    more = ", ..." if operator["count"] > len(operator["nodes"]) else ""
+    return f"{operator['op_type']} x{operator['count']} (node(s) {nodes}{more})"
+
+
+def check_supported(model, source_path):
+    """Raises one error naming every operator of `model` TVM's importer cannot convert."""
+    import tvm
+    from tvm.relax.frontend.onnx import onnx_frontend
+
+    operators = unsupported_operators(model, onnx_frontend._get_convert_map())
+    if not operators:
+        return
+    raise DriverError(
+        "onnx_unsupported",
+        f"TVM {tvm.__version__}'s ONNX importer has no converter for {len(operators)} operator type(s) "
+        f"of {source_path}: " + "; ".join(describe(operator) for operator in operators),
+        "Fix: export the model without them (another opset_version or exporter option, e.g. "
+        "torch.onnx.export(..., opset_version=17), or disable fused custom ops), or write the model "
+        "as a Relax nn.Module source.",
+        subject=", ".join(operator["op_type"] for operator in operators),
+        operators=operators,
+    )

@@ -1,0 +1,508 @@
+//! 2-D convolutions (NCHW input, OIHW weights) as matrix multiplications: a 1x1
+//! convolution with stride 1 multiplies the input directly, any other unfolds the
+//! patches of its block of output pixels first (im2col).
+
+use std::ops::Range;
+
+use super::epilogue::{add, scale_shift, Epilogue};
+use super::gemm::{Rhs, Shared};
+use super::parallel::{chunk, parallel_for, Executor};
+use super::tensor::Arguments;
+
+/// Below this many multiply-adds a convolution runs on the calling thread alone.
+const INLINE_WORK: usize = 32 * 1024;
+
+/// Tasks split the output pixels when each gets at least this many, else the filters.
+const MIN_TASK_PIXELS: usize = 16;
+
+/// The bytes of unfolded patches one task multiplies at a time: blocks small enough to
+/// stay in L2 between im2col and the multiplication.
+const UNFOLDED_BLOCK_BYTES: usize = 256 * 1024;
+
+/// Output pixels per unfolded block for a patch of `depth` values: within
+/// `UNFOLDED_BLOCK_BYTES`, but at least 64 (below that, repacking the weights for every
+/// block costs more than the cache saves), a multiple of 16.
+fn pixel_block(depth: usize) -> usize {
+    let fitting = UNFOLDED_BLOCK_BYTES / (depth.max(1) * std::mem::size_of::<f32>());
+    fitting.max(64).next_multiple_of(16)
+}
+
+/// The sizes of one convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Conv2d {
+    pub(crate) batch: usize,
+    pub(crate) channels: usize,
+    pub(crate) height: usize,
+    pub(crate) width: usize,
+    pub(crate) filters: usize,
+    pub(crate) kernel: (usize, usize),
+    pub(crate) stride: (usize, usize),
+    /// top, left, bottom, right.
+    pub(crate) padding: (usize, usize, usize, usize),
+    pub(crate) dilation: (usize, usize),
+    pub(crate) groups: usize,
+}
+
+impl Conv2d {
+    /// The output height and width, or None when the kernel does not fit.
+    pub(crate) fn output(&self) -> Option<(usize, usize)> {
+        let size = |input: usize,
+                    before: usize,
+                    after: usize,
+                    kernel: usize,
+                    stride: usize,
+                    dilation: usize| {
+            let span = dilation * (kernel - 1) + 1;
+            let padded = input + before + after;
+            (stride > 0 && kernel > 0 && padded >= span).then(|| (padded - span) / stride + 1)
+        };
+        let (top, left, bottom, right) = self.padding;
+        Some((
+            size(
+                self.height,
+                top,
+                bottom,
+                self.kernel.0,
+                self.stride.0,
+                self.dilation.0,
+            )?,
+            size(
+                self.width,
+                left,
+                right,
+                self.kernel.1,
+                self.stride.1,
+                self.dilation.1,
+            )?,
+        ))
+    }
+
+    fn pointwise(&self) -> bool {
+        self.kernel == (1, 1) && self.stride == (1, 1) && self.padding == (0, 0, 0, 0)
+    }
+}
+
+/// Unfolds the patches of output pixels `pixels` of one image's group into `column`
+/// (`[channels * kh * kw, pixels.len()]`, row-major), zeros where they fall in padding.
+///
+/// Walks output rows, not pixels: each (channel, ky, kx, output row) is a strided (or, at
+/// stride 1, contiguous) run of one input row, with zeros at the edges.
+fn im2col(
+    shape: &Conv2d,
+    input: &[f32],
+    output_width: usize,
+    pixels: std::ops::Range<usize>,
+    column: &mut [f32],
+) {
+    let width = pixels.len();
+    let (kernel_h, kernel_w) = shape.kernel;
+    let channels = shape.channels / shape.groups;
+    let (stride_y, stride_x) = shape.stride;
+    let (dilation_y, dilation_x) = shape.dilation;
+    let (pad_top, pad_left) = (shape.padding.0 as isize, shape.padding.1 as isize);
+    for channel in 0..channels {
+        let plane = &input
+            [channel * shape.height * shape.width..(channel + 1) * shape.height * shape.width];
+        for ky in 0..kernel_h {
+            for kx in 0..kernel_w {
+                let row = (channel * kernel_h + ky) * kernel_w + kx;
+                let out = &mut column[row * width..(row + 1) * width];
+                let mut pixel = pixels.start;
+                while pixel < pixels.end {
+                    let (oy, first_ox) = (pixel / output_width, pixel % output_width);
+                    let last_ox = output_width.min(first_ox + (pixels.end - pixel));
+                    let run =
+                        &mut out[pixel - pixels.start..pixel - pixels.start + (last_ox - first_ox)];
+                    let y = (oy * stride_y + ky * dilation_y) as isize - pad_top;
+                    if y < 0 || y as usize >= shape.height {
+                        run.fill(0.0);
+                    } else {
+                        let source =
+                            &plane[y as usize * shape.width..(y as usize + 1) * shape.width];
+                        let x0 = (kx * dilation_x) as isize - pad_left;
+                        copy_row(source, x0, stride_x, first_ox, run);
+                    }
+                    pixel += last_ox - first_ox;
+                }
+            }
+        }
+    }
+}
+
+/// `run[i] = source[x0 + (first + i) * stride]`, 0 where that falls outside `source`.
+fn copy_row(source: &[f32], x0: isize, stride: usize, first: usize, run: &mut [f32]) {
+    let width = source.len() as isize;
+    let stride_i = stride as isize;
+    // Output positions `ox` whose input column `x0 + ox * stride` is inside: [low, high).
+    let low = if x0 >= 0 {
+        0
+    } else {
+        (-x0).div_euclid(stride_i) + isize::from((-x0) % stride_i != 0)
+    };
+    let high = if x0 >= width {
+        0
+    } else {
+        (width - x0 + stride_i - 1) / stride_i
+    };
+    let end = first + run.len();
+    let (low, high) = (
+        (low as usize).clamp(first, end),
+        (high as usize).clamp(first, end),
+    );
+    if low >= high {
+        run.fill(0.0);
+        return;
+    }
+    run[..low - first].fill(0.0);
+    run[high - first..].fill(0.0);
+    let start = (x0 + (low * stride) as isize) as usize;
+    let inside = &mut run[low - first..high - first];
+    if stride == 1 {
+        inside.copy_from_slice(&source[start..start + inside.len()]);
+    } else {
+        for (slot, x) in inside.iter_mut().zip((start..).step_by(stride)) {
+            *slot = source[x];
+        }
+    }
+}
+
+/// What follows the convolution per filter: `value * scale + shift` (a bias is a shift
+/// alone; a batch norm both).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PerFilter<'a> {
+    pub(crate) scale: Option<&'a [f32]>,
+    pub(crate) shift: &'a [f32],
+}
+
+/// `out = epilogue(conv2d(x, w) * scale + shift + residual)`.
+///
+/// # Safety
+/// `x`, `w`, `residual` and `out` hold the sizes `shape` describes (`per_filter`: one
+/// value per filter), are valid for the call, and `out` overlaps none of the others.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn conv2d_into(
+    shape: &Conv2d,
+    x: *const f32,
+    w: *const f32,
+    per_filter: Option<PerFilter<'_>>,
+    residual: Option<*const f32>,
+    epilogue: Epilogue,
+    out: Shared,
+    executor: Executor,
+) -> Result<(), String> {
+    let residual = residual.map(|residual| Shared(residual.cast_mut()));
+    let (output_height, output_width) = shape
+        .output()
+        .ok_or("the kernel does not fit the padded input")?;
+    let pixels = output_height * output_width;
+    let (groups, filters) = (shape.groups, shape.filters / shape.groups);
+    let channels = shape.channels / groups;
+    let depth = channels * shape.kernel.0 * shape.kernel.1;
+    let plane = shape.height * shape.width;
+    let (x, w) = (Shared(x.cast_mut()), Shared(w.cast_mut()));
+    for image in 0..shape.batch {
+        for group in 0..groups {
+            let input = Shared(x.at((image * shape.channels + group * channels) * plane));
+            let weights = Shared(w.at(group * filters * depth));
+            let first_output = (image * shape.filters + group * filters) * pixels;
+            let output = Shared(out.at(first_output));
+            let by_pixels = pixels >= 2 * MIN_TASK_PIXELS;
+            // The per-filter step and epilogue of one output block, while it is in cache.
+            let finish = |rows: Range<usize>, columns: Range<usize>| {
+                for filter in rows {
+                    // SAFETY: this task's columns of filter `filter`'s output row.
+                    let values = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            output.at(filter * pixels + columns.start),
+                            columns.len(),
+                        )
+                    };
+                    if let Some(per_filter) = per_filter {
+                        let index = group * filters + filter;
+                        let shift = per_filter.shift[index];
+                        let scale = per_filter.scale.map_or(1.0, |scale| scale[index]);
+                        scale_shift(values, scale, shift);
+                    }
+                    if let Some(residual) = residual {
+                        let offset = first_output + filter * pixels + columns.start;
+                        // SAFETY: the residual's block matching this output block; no
+                        // task writes the residual.
+                        add(values, unsafe {
+                            std::slice::from_raw_parts(residual.at(offset), columns.len())
+                        });
+                    }
+                    epilogue.apply(values);
+                }
+            };
+            executor(filters * pixels * depth < INLINE_WORK, &|task, tasks| {
+                let (rows, columns) = if by_pixels {
+                    (0..filters, chunk(pixels, tasks, task, 4))
+                } else {
+                    (chunk(filters, tasks, task, 8), 0..pixels)
+                };
+                if rows.is_empty() || columns.is_empty() {
+                    return;
+                }
+                if shape.pointwise() {
+                    // B's columns are the input's pixels themselves.
+                    let rhs = Rhs {
+                        data: input,
+                        row_stride: plane as isize,
+                        column_stride: 1,
+                    };
+                    // SAFETY: the group's input planes, read only; the destination block
+                    // (rows, columns) is this task's alone.
+                    unsafe {
+                        gemm_strided(
+                            rows.clone(),
+                            columns.clone(),
+                            depth,
+                            weights.get(),
+                            rhs,
+                            Shared(output.at(columns.start)),
+                            pixels,
+                        )
+                    };
+                    finish(rows, columns);
+                    return;
+                }
+                // SAFETY: the group's input planes, read only.
+                let source = unsafe {
+                    std::slice::from_raw_parts(input.get().cast_const(), channels * plane)
+                };
+                let block = pixel_block(depth).min(columns.len());
+                let mut unfolded = vec![0.0; depth * block];
+                for start in columns.clone().step_by(block) {
+                    let block_columns = start..(start + block).min(columns.end);
+                    let unfolded = &mut unfolded[..depth * block_columns.len()];
+                    im2col(shape, source, output_width, block_columns.clone(), unfolded);
+                    let rhs = Rhs {
+                        data: Shared(unfolded.as_mut_ptr()),
+                        row_stride: block_columns.len() as isize,
+                        column_stride: 1,
+                    };
+                    // SAFETY: `unfolded` holds `depth` rows of this block's columns; the
+                    // destination block (rows, block_columns) is this task's alone.
+                    unsafe {
+                        gemm_strided(
+                            rows.clone(),
+                            0..block_columns.len(),
+                            depth,
+                            weights.get(),
+                            rhs,
+                            Shared(output.at(block_columns.start)),
+                            pixels,
+                        )
+                    };
+                    finish(rows.clone(), block_columns);
+                }
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// `out[rows, ..] = W[rows, depth] · B[depth, columns]` where `out` has row stride
+/// `out_stride` and starts at the block's first column.
+///
+/// # Safety
+/// Every pointer addresses its checked buffer; the block is this
+/// task's alone.
+unsafe fn gemm_strided(
+    rows: std::ops::Range<usize>,
+    columns: std::ops::Range<usize>,
+    depth: usize,
+    weights: *mut f32,
+    rhs: Rhs,
+    out: Shared,
+    out_stride: usize,
+) {
+    if rows.is_empty() || columns.is_empty() {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        gemm::gemm(
+            rows.len(),
+            columns.len(),
+            depth,
+            out.at(rows.start * out_stride),
+            1,
+            out_stride as isize,
+            false,
+            weights.add(rows.start * depth),
+            1,
+            depth as isize,
+            rhs.data.at(columns.start * rhs.column_stride as usize),
+            rhs.column_stride,
+            rhs.row_stride,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// What follows the convolution in a kernel's arguments.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum After {
+    Nothing,
+    Bias,
+    /// gamma, beta, mean, variance, then epsilon.
+    BatchNorm,
+}
+
+fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result<(), String> {
+    let tensors = match after {
+        After::Nothing => 0,
+        After::Bias => 1,
+        After::BatchNorm => 4,
+    };
+    let first = 2 + tensors + usize::from(after == After::BatchNorm);
+    args.expect_count(first + 11 + usize::from(has_residual))?;
+    let name = args.name;
+    let x = args.tensor(0, Some(4))?;
+    let w = args.tensor(1, Some(4))?;
+    let vectors = (0..tensors)
+        .map(|index| args.tensor(2 + index, Some(1)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut ints = [0usize; 10];
+    for (offset, slot) in ints.iter_mut().enumerate() {
+        *slot = usize::try_from(args.int(first + offset)?)
+            .map_err(|_| format!("{name}: argument {} is negative", first + offset))?;
+    }
+    let [stride_h, stride_w, top, left, bottom, right, dilation_h, dilation_w, groups, epilogue] =
+        ints;
+    let epilogue = Epilogue::from_code(epilogue as i64)?;
+    let residual = if has_residual {
+        Some(args.tensor(first + 10, Some(4))?)
+    } else {
+        None
+    };
+    let out = args.tensor(first + 10 + usize::from(has_residual), Some(4))?;
+    let dim = |view: &super::tensor::View<'_>, index: usize| view.shape[index] as usize;
+    let shape = Conv2d {
+        batch: dim(&x, 0),
+        channels: dim(&x, 1),
+        height: dim(&x, 2),
+        width: dim(&x, 3),
+        filters: dim(&w, 0),
+        kernel: (dim(&w, 2), dim(&w, 3)),
+        stride: (stride_h, stride_w),
+        padding: (top, left, bottom, right),
+        dilation: (dilation_h, dilation_w),
+        groups,
+    };
+    let fits = groups > 0
+        && shape.channels.is_multiple_of(groups)
+        && shape.filters.is_multiple_of(groups)
+        && dim(&w, 1) * groups == shape.channels
+        && vectors.iter().all(|vector| vector.len() == shape.filters)
+        && residual.is_none_or(|residual| residual.shape == out.shape)
+        && shape.output().is_some_and(|(height, width)| {
+            out.shape
+                == [
+                    shape.batch as i64,
+                    shape.filters as i64,
+                    height as i64,
+                    width as i64,
+                ]
+        });
+    if !fits {
+        return Err(format!(
+            "{name}: shapes do not fit: x {:?}, w {:?}, out {:?}, {shape:?}",
+            x.shape, w.shape, out.shape
+        ));
+    }
+    let vectors: Vec<&[f32]> = vectors
+        .iter()
+        .map(|vector| {
+            // SAFETY: checked float32 tensors of `filters` elements, read only.
+            unsafe { std::slice::from_raw_parts(vector.data.cast_const(), shape.filters) }
+        })
+        .collect();
+    let (scale, shift);
+    let per_filter = match after {
+        After::Nothing => None,
+        After::Bias => Some(PerFilter {
+            scale: None,
+            shift: vectors[0],
+        }),
+        After::BatchNorm => {
+            let epsilon = args.float(2 + tensors)? as f32;
+            let [gamma, beta, mean, variance] = [vectors[0], vectors[1], vectors[2], vectors[3]];
+            scale = gamma
+                .iter()
+                .zip(variance)
+                .map(|(gamma, variance)| gamma / (variance + epsilon).sqrt())
+                .collect::<Vec<f32>>();
+            shift = beta
+                .iter()
+                .zip(mean)
+                .zip(&scale)
+                .map(|((beta, mean), scale)| beta - mean * scale)
+                .collect::<Vec<f32>>();
+            Some(PerFilter {
+                scale: Some(&scale),
+                shift: &shift,
+            })
+        }
+    };
+    if let Some(residual) = residual {
+        residual.check_disjoint(&out)?;
+    }
+    let residual = residual.map(|residual| residual.data.cast_const());
+    // SAFETY: every shape was checked against the others above.
+    unsafe {
+        conv2d_into(
+            &shape,
+            x.data,
+            w.data,
+            per_filter,
+            residual,
+            epilogue,
+            Shared(out.data),
+            parallel_for,
+        )
+    }
+}
+
+/// `relax_runtime.conv2d(x, w, stride_h, stride_w, top, left, bottom, right, dilation_h,
+/// dilation_w, groups, epilogue, out)`.
+pub(crate) fn conv2d(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::Nothing, false)
+}
+
+/// `relax_runtime.conv2d_bias(x, w, bias, ...)`: as `conv2d`, plus a bias per filter.
+pub(crate) fn conv2d_bias(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::Bias, false)
+}
+
+/// `relax_runtime.conv2d_bn(x, w, gamma, beta, mean, variance, epsilon, ...)`: as
+/// `conv2d`, then inference batch norm per filter.
+pub(crate) fn conv2d_bn(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::BatchNorm, false)
+}
+
+/// `relax_runtime.conv2d_add(x, w, ..., epilogue, residual, out)`: as `conv2d`, with
+/// `residual` (of the output's shape) added before the activation.
+pub(crate) fn conv2d_add(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::Nothing, true)
+}
+
+/// `relax_runtime.conv2d_bias_add(x, w, bias, ..., epilogue, residual, out)`.
+pub(crate) fn conv2d_bias_add(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::Bias, true)
+}
+
+/// `relax_runtime.conv2d_bn_add(x, w, gamma, beta, mean, variance, epsilon, ...,
+/// epilogue, residual, out)`.
+pub(crate) fn conv2d_bn_add(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::BatchNorm, true)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,152 @@
+//! What a kernel applies to its output block while it is still in cache: a bias per
+//! output column (dense) or channel (convolution), then an activation.
+
+use super::simd::{exp, multiversion};
+
+/// The activation after a kernel, by the code relax-build's driver passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Epilogue {
+    None,
+    Relu,
+    /// GELU with the exact erf (`0.5 x (1 + erf(x / sqrt 2))`).
+    Gelu,
+    /// GELU's tanh approximation.
+    GeluTanh,
+}
+
+impl Epilogue {
+    pub(crate) fn from_code(code: i64) -> Result<Epilogue, String> {
+        Ok(match code {
+            0 => Epilogue::None,
+            1 => Epilogue::Relu,
+            2 => Epilogue::Gelu,
+            3 => Epilogue::GeluTanh,
+            other => return Err(format!("unknown epilogue code {other}")),
+        })
+    }
+
+    /// Applies the activation to `values` in place.
+    pub(crate) fn apply(self, values: &mut [f32]) {
+        if self != Epilogue::None {
+            activate(self, values);
+        }
+    }
+}
+
+multiversion! {
+    fn activate(epilogue: Epilogue, values: &mut [f32]) {
+        match epilogue {
+            Epilogue::None => {}
+            Epilogue::Relu => values.iter_mut().for_each(|value| *value = value.max(0.0)),
+            Epilogue::Gelu => values.iter_mut().for_each(|value| *value = gelu(*value)),
+            Epilogue::GeluTanh => values.iter_mut().for_each(|value| *value = gelu_tanh(*value)),
+        }
+    }
+}
+
+multiversion! {
+    /// Adds `bias` to each row of `rows` (row-major, `bias.len()` columns wide).
+    pub(crate) fn add_bias_to_rows(rows: &mut [f32], bias: &[f32]) {
+        for row in rows.chunks_exact_mut(bias.len()) {
+            row.iter_mut().zip(bias).for_each(|(value, bias)| *value += bias);
+        }
+    }
+}
+
+multiversion! {
+    /// `values += addend`, element by element.
+    pub(crate) fn add(values: &mut [f32], addend: &[f32]) {
+        values.iter_mut().zip(addend).for_each(|(value, addend)| *value += addend);
+    }
+}
+
+multiversion! {
+    /// `values = values * scale + shift` (a batch norm folded per filter).
+    pub(crate) fn scale_shift(values: &mut [f32], scale: f32, shift: f32) {
+        values.iter_mut().for_each(|value| *value = *value * scale + shift);
+    }
+}
+
+/// erf for float32: Eigen's rational approximation on [-4, 4] (erf is ±1 beyond, to
+/// float precision), a few ulp from the exact value, and branch-free so it vectorizes.
+#[inline(always)]
+pub(crate) fn erf(x: f32) -> f32 {
+    let x = x.clamp(-4.0, 4.0);
+    let x2 = x * x;
+    let mut p = -2.726_142_3e-10_f32;
+    p = p * x2 + 2.770_681_4e-8;
+    p = p * x2 - 2.101_024e-6;
+    p = p * x2 - 5.692_506_4e-5;
+    p = p * x2 - 7.349_906e-4;
+    p = p * x2 - 2.954_6e-3;
+    p = p * x2 - 1.609_603_3e-2;
+    let mut q = -1.456_607_2e-5_f32;
+    q = q * x2 - 2.133_740_6e-4;
+    q = q * x2 - 1.682_827e-3;
+    q = q * x2 - 7.373_329e-3;
+    q = q * x2 - 1.426_474e-2;
+    x * p / q
+}
+
+#[inline(always)]
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// `0.5 x (1 + tanh(u))` with `tanh(u) = 1 - 2 / (e^(2u) + 1)`, on the vectorizable exp.
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let u = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+    let tanh = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
+    0.5 * x * (1.0 + tanh)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// erf to within 4e-7 (a few float32 ulp near ±1) of a double-precision reference
+    /// (the series here is exact to double precision for |x| <= 4).
+    #[test]
+    fn erf_is_within_float_precision() {
+        fn reference(x: f64) -> f64 {
+            // erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)), enough terms for |x| <= 4.
+            let mut sum = 0.0;
+            let mut term = x;
+            for n in 0..200 {
+                sum += term / (2 * n + 1) as f64;
+                term *= -x * x / (n + 1) as f64;
+            }
+            sum * 2.0 / std::f64::consts::PI.sqrt()
+        }
+        for step in -400..=400 {
+            let x = step as f64 / 100.0;
+            let error = (erf(x as f32) as f64 - reference(x)).abs();
+            assert!(error < 4e-7, "erf({x}): error {error}");
+        }
+        assert_eq!(erf(10.0), erf(4.0));
+    }
+
+    #[test]
+    fn activations_apply_in_place() {
+        let mut values = [-1.0f32, 0.0, 2.0];
+        Epilogue::Relu.apply(&mut values);
+        assert_eq!(values, [0.0, 0.0, 2.0]);
+        let mut values = [1.0f32];
+        Epilogue::Gelu.apply(&mut values);
+        assert!((values[0] - 0.841_344_7).abs() < 1e-6);
+        for x in [-6.0f32, -1.0, 0.0, 0.5, 3.0, 20.0] {
+            let mut values = [x];
+            Epilogue::GeluTanh.apply(&mut values);
+            let exact = 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh());
+            assert!(
+                (values[0] - exact).abs() < 1e-6 * (1.0 + exact.abs()),
+                "gelu_tanh({x})"
+            );
+        }
+        let mut rows = [1.0f32, 2.0, 3.0, 4.0];
+        add_bias_to_rows(&mut rows, &[10.0, 20.0]);
+        assert_eq!(rows, [11.0, 22.0, 13.0, 24.0]);
+    }
+}

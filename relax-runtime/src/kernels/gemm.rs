@@ -1,0 +1,363 @@
+//! Dense layers and batched matrix multiplications, on the `gemm` crate.
+
+use super::epilogue::{add, add_bias_to_rows, Epilogue};
+use super::parallel::{chunk, parallel_for, Executor};
+use super::tensor::Arguments;
+
+/// Below this many multiply-adds a kernel runs on the calling thread alone.
+const INLINE_WORK: usize = 32 * 1024;
+
+/// A pointer that parallel tasks share; each task writes a disjoint part of what it
+/// points to, and only reads the rest.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared(pub(crate) *mut f32);
+
+// SAFETY: tasks write disjoint blocks through it (see every use) and read only data
+// no task writes; the pointee outlives the parallel region (the kernel's arguments).
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// The pointer (a method, so closures capture the `Shared`, not the raw pointer).
+    pub(crate) fn get(self) -> *mut f32 {
+        self.0
+    }
+
+    pub(crate) fn at(self, offset: usize) -> *mut f32 {
+        // SAFETY: callers pass offsets inside the checked tensor (the bounds are checked
+        // when the views are validated against each other).
+        unsafe { self.0.add(offset) }
+    }
+}
+
+/// `B` of `x · B` as strides over a weight tensor.
+#[derive(Clone, Copy)]
+pub(crate) struct Rhs {
+    pub(crate) data: Shared,
+    /// Stride between consecutive k (rows of B).
+    pub(crate) row_stride: isize,
+    /// Stride between consecutive n (columns of B).
+    pub(crate) column_stride: isize,
+}
+
+impl Rhs {
+    /// `w[N, K]` read as its transpose (`x · wᵀ`), or `w[K, N]` as is.
+    pub(crate) fn of(w: *mut f32, k: usize, n: usize, transposed: bool) -> Rhs {
+        let (row_stride, column_stride) = if transposed {
+            (1, k as isize)
+        } else {
+            (n as isize, 1)
+        };
+        Rhs {
+            data: Shared(w),
+            row_stride,
+            column_stride,
+        }
+    }
+
+    fn column(self, n: usize) -> *const f32 {
+        // SAFETY: `n` is a column of B (below its width), so the offset is inside w.
+        unsafe { self.data.get().offset(n as isize * self.column_stride) }
+    }
+}
+
+/// `out[m, n] = alpha * x[m, k] · B[k, n]` for the rows `rows` and columns `columns`,
+/// on this thread.
+///
+/// # Safety
+/// `x` holds `m x k` (row-major, leading `x_rows` rows), `out` `m x n` row-major, and the
+/// block must not be written by any other thread meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_block(
+    k: usize,
+    n: usize,
+    x: *const f32,
+    rhs: Rhs,
+    out: Shared,
+    rows: std::ops::Range<usize>,
+    columns: std::ops::Range<usize>,
+    alpha: f32,
+) {
+    if rows.is_empty() || columns.is_empty() {
+        return;
+    }
+    // SAFETY: the caller's contract: every pointer addresses its checked tensor, and the
+    // destination block belongs to this task alone.
+    unsafe {
+        gemm::gemm(
+            rows.len(),
+            columns.len(),
+            k,
+            out.at(rows.start * n + columns.start),
+            1,
+            n as isize,
+            false,
+            x.add(rows.start * k),
+            1,
+            k as isize,
+            rhs.column(columns.start),
+            rhs.column_stride,
+            rhs.row_stride,
+            0.0,
+            alpha,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// `out = epilogue(x · B + bias + residual)` for `x[m, k]`, split over the thread pool
+/// by rows or columns, whichever has more to share.
+///
+/// # Safety
+/// `x` holds `m x k`, `rhs` a `k x n` matrix, `bias` `n` values, `residual` `m x n`,
+/// `out` `m x n`, all valid for the call, and `out` overlaps none of them.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn dense_into(
+    m: usize,
+    n: usize,
+    k: usize,
+    x: *const f32,
+    rhs: Rhs,
+    bias: Option<&[f32]>,
+    residual: Option<*const f32>,
+    epilogue: Epilogue,
+    out: Shared,
+    executor: Executor,
+) -> Result<(), String> {
+    let x = Shared(x.cast_mut());
+    let residual = residual.map(|residual| Shared(residual.cast_mut()));
+    let by_columns = n >= m;
+    executor(m * n * k < INLINE_WORK, &|task, tasks| {
+        let (rows, columns) = if by_columns {
+            (0..m, chunk(n, tasks, task, 16))
+        } else {
+            (chunk(m, tasks, task, 8), 0..n)
+        };
+        // SAFETY: the tasks' blocks are disjoint (chunks of rows or of columns), and the
+        // pointers come from the checked tensors (this function's contract).
+        unsafe { gemm_block(k, n, x.get(), rhs, out, rows.clone(), columns.clone(), 1.0) };
+        if bias.is_none() && residual.is_none() && epilogue == Epilogue::None {
+            return;
+        }
+        for row in rows {
+            let offset = row * n + columns.start;
+            // SAFETY: this row's columns of this task's block, written by this task only.
+            let values = unsafe { std::slice::from_raw_parts_mut(out.at(offset), columns.len()) };
+            if let Some(bias) = bias {
+                add_bias_to_rows(values, &bias[columns.clone()]);
+            }
+            if let Some(residual) = residual {
+                // SAFETY: the same block of the residual, which no task writes.
+                add(values, unsafe {
+                    std::slice::from_raw_parts(residual.at(offset), columns.len())
+                });
+            }
+            epilogue.apply(values);
+        }
+    })
+}
+
+fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Result<(), String> {
+    args.expect_count(5 + usize::from(has_bias) + usize::from(has_residual))?;
+    let name = args.name;
+    let x = args.tensor(0, None)?;
+    let w = args.tensor(1, Some(2))?;
+    let bias = if has_bias {
+        Some(args.tensor(2, Some(1))?)
+    } else {
+        None
+    };
+    let rest = if has_bias { 3 } else { 2 };
+    let transposed = args.int(rest)? != 0;
+    let epilogue = super::Epilogue::from_code(args.int(rest + 1)?)?;
+    let residual = if has_residual {
+        Some(args.tensor(rest + 2, Some(x.shape.len()))?)
+    } else {
+        None
+    };
+    let out = args.tensor(rest + 2 + usize::from(has_residual), Some(x.shape.len()))?;
+    if x.shape.is_empty() {
+        return Err(format!("{name}: x is a scalar"));
+    }
+    let k = x.dim_from_end(1);
+    let (w_k, n) = if transposed {
+        (w.shape[1] as usize, w.shape[0] as usize)
+    } else {
+        (w.shape[0] as usize, w.shape[1] as usize)
+    };
+    let m = x.leading(1);
+    let expected_out: Vec<i64> = x.shape[..x.shape.len() - 1]
+        .iter()
+        .copied()
+        .chain([n as i64])
+        .collect();
+    if w_k != k
+        || out.shape != expected_out.as_slice()
+        || bias.is_some_and(|bias| bias.len() != n)
+        || residual.is_some_and(|residual| residual.shape != out.shape)
+    {
+        return Err(format!(
+            "{name}: shapes do not fit: x {:?}, w {:?} (transposed: {transposed}), bias {:?}, out {:?}",
+            x.shape,
+            w.shape,
+            bias.map(|bias| bias.shape.to_vec()),
+            out.shape
+        ));
+    }
+    let bias = bias.map(|bias| {
+        // SAFETY: a checked float32 tensor of n elements, read only during the call.
+        unsafe { std::slice::from_raw_parts(bias.data.cast_const(), n) }
+    });
+    if let Some(residual) = residual {
+        residual.check_disjoint(&out)?;
+    }
+    // SAFETY: the shapes were checked against each other above; TVM's outputs do not
+    // alias its inputs.
+    unsafe {
+        dense_into(
+            m,
+            n,
+            k,
+            x.data,
+            Rhs::of(w.data, k, n, transposed),
+            bias,
+            residual.map(|residual| residual.data.cast_const()),
+            epilogue,
+            Shared(out.data),
+            parallel_for,
+        )
+    }
+}
+
+/// `relax_runtime.dense(x, w, transpose_w, epilogue, out)`.
+pub(crate) fn dense(args: &Arguments<'_>) -> Result<(), String> {
+    dense_with(args, false, false)
+}
+
+/// `relax_runtime.dense_bias(x, w, bias, transpose_w, epilogue, out)`.
+pub(crate) fn dense_bias(args: &Arguments<'_>) -> Result<(), String> {
+    dense_with(args, true, false)
+}
+
+/// `relax_runtime.dense_add(x, w, transpose_w, epilogue, residual, out)`: `residual` (of
+/// the output's shape) is added before the activation.
+pub(crate) fn dense_add(args: &Arguments<'_>) -> Result<(), String> {
+    dense_with(args, false, true)
+}
+
+/// `relax_runtime.dense_bias_add(x, w, bias, transpose_w, epilogue, residual, out)`.
+pub(crate) fn dense_bias_add(args: &Arguments<'_>) -> Result<(), String> {
+    dense_with(args, true, true)
+}
+
+/// `relax_runtime.batch_matmul(a, b, transpose_b, alpha, out)`: `out[i] = alpha * a[i] ·
+/// b[i]` (`b[i]ᵀ` with `transpose_b`) over the batch dims, `b` shared when it is 2-D.
+pub(crate) fn batch_matmul(args: &Arguments<'_>) -> Result<(), String> {
+    args.expect_count(5)?;
+    let name = args.name;
+    let a = args.tensor(0, None)?;
+    let b = args.tensor(1, None)?;
+    let transposed = args.int(2)? != 0;
+    let alpha = args.float(3)? as f32;
+    let out = args.tensor(4, Some(a.shape.len()))?;
+    let fits = a.shape.len() >= 2
+        && (b.shape.len() == 2 || b.shape.len() == a.shape.len())
+        && (b.shape.len() == 2 || a.shape[..a.shape.len() - 2] == b.shape[..b.shape.len() - 2]);
+    if !fits {
+        return Err(format!(
+            "{name}: shapes do not fit: a {:?}, b {:?}",
+            a.shape, b.shape
+        ));
+    }
+    let (m, k) = (a.dim_from_end(2), a.dim_from_end(1));
+    let (b_k, n) = if transposed {
+        (b.dim_from_end(1), b.dim_from_end(2))
+    } else {
+        (b.dim_from_end(2), b.dim_from_end(1))
+    };
+    let batch = a.leading(2);
+    let expected_out: Vec<i64> = a.shape[..a.shape.len() - 2]
+        .iter()
+        .copied()
+        .chain([m as i64, n as i64])
+        .collect();
+    if b_k != k || out.shape != expected_out.as_slice() {
+        return Err(format!(
+            "{name}: shapes do not fit: a {:?}, b {:?} (transposed: {transposed}), out {:?}",
+            a.shape, b.shape, out.shape
+        ));
+    }
+    let b_step = if b.shape.len() == 2 { 0 } else { k * n };
+    // SAFETY: the shapes were checked against each other above.
+    unsafe {
+        batch_matmul_into(
+            batch,
+            m,
+            n,
+            k,
+            a.data,
+            (b.data, b_step, transposed),
+            alpha,
+            Shared(out.data),
+            parallel_for,
+        )
+    }
+}
+
+/// `out[i] = alpha * a[i] · B[i]` for `batch` matrices, split over the pool by whole
+/// matrices when there are enough, else by rows of each.
+///
+/// # Safety
+/// `a` holds `batch x m x k`, `b.0` `b.1`-spaced `k x n` matrices (`n x k` when
+/// transposed; one shared when the step is 0), `out` `batch x m x n`, not overlapping.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn batch_matmul_into(
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const f32,
+    b: (*mut f32, usize, bool),
+    alpha: f32,
+    out: Shared,
+    executor: Executor,
+) -> Result<(), String> {
+    let a = Shared(a.cast_mut());
+    let (b_data, b_step, transposed) = b;
+    let b_data = Shared(b_data);
+    executor(batch * m * n * k < INLINE_WORK, &|task, tasks| {
+        let run = |index: usize, rows: std::ops::Range<usize>| {
+            let rhs = Rhs::of(b_data.at(index * b_step), k, n, transposed);
+            // SAFETY: matrix `index`'s block of rows belongs to this task alone; the
+            // pointers address matrix `index` of each checked tensor.
+            unsafe {
+                gemm_block(
+                    k,
+                    n,
+                    a.at(index * m * k),
+                    rhs,
+                    Shared(out.at(index * m * n)),
+                    rows,
+                    0..n,
+                    alpha,
+                )
+            };
+        };
+        if batch >= tasks {
+            for index in chunk(batch, tasks, task, 1) {
+                run(index, 0..m);
+            }
+        } else {
+            for index in 0..batch {
+                run(index, chunk(m, tasks, task, 8));
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;

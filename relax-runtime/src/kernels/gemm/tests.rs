@@ -1,0 +1,152 @@
+//! The kernels against naive loops, split over three OS threads (as TVM's pool would).
+
+use super::*;
+use crate::kernels::parallel::three_threads;
+
+/// Deterministic values in [-1, 1).
+fn values(count: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn assert_close(actual: &[f32], expected: &[f32], what: &str) {
+    assert_eq!(actual.len(), expected.len());
+    for (index, (a, e)) in actual.iter().zip(expected).enumerate() {
+        assert!(
+            (a - e).abs() <= 1e-4 * (1.0 + e.abs()),
+            "{what}[{index}]: {a} vs {e}"
+        );
+    }
+}
+
+#[test]
+fn dense_matches_naive_loops_for_every_layout_and_epilogue() {
+    for (m, n, k) in [
+        (1, 10, 784),
+        (16, 384, 384),
+        (37, 1536, 384),
+        (200, 7, 33),
+        (3, 1, 5),
+    ] {
+        for transposed in [false, true] {
+            for (epilogue, has_bias, has_residual) in [
+                (Epilogue::None, false, false),
+                (Epilogue::Gelu, true, false),
+                (Epilogue::Relu, true, true),
+                (Epilogue::None, false, true),
+            ] {
+                let x = values(m * k, 1);
+                let w = values(n * k, 2);
+                let bias = values(n, 3);
+                let residual = values(m * n, 4);
+                let mut expected = vec![0f32; m * n];
+                for row in 0..m {
+                    for column in 0..n {
+                        let mut sum = 0f64;
+                        for inner in 0..k {
+                            let weight = if transposed {
+                                w[column * k + inner]
+                            } else {
+                                w[inner * n + column]
+                            };
+                            sum += x[row * k + inner] as f64 * weight as f64;
+                        }
+                        expected[row * n + column] = sum as f32
+                            + if has_bias { bias[column] } else { 0.0 }
+                            + if has_residual {
+                                residual[row * n + column]
+                            } else {
+                                0.0
+                            };
+                    }
+                }
+                epilogue.apply(&mut expected);
+                let mut w_copy = w.clone();
+                let mut out = vec![f32::NAN; m * n];
+                // SAFETY: every buffer has the sizes the kernel is told.
+                unsafe {
+                    dense_into(
+                        m,
+                        n,
+                        k,
+                        x.as_ptr(),
+                        Rhs::of(w_copy.as_mut_ptr(), k, n, transposed),
+                        has_bias.then_some(bias.as_slice()),
+                        has_residual.then_some(residual.as_ptr()),
+                        epilogue,
+                        Shared(out.as_mut_ptr()),
+                        three_threads,
+                    )
+                    .unwrap();
+                }
+                assert_close(
+                    &out,
+                    &expected,
+                    &format!("dense {m}x{n}x{k} {transposed} {epilogue:?} {has_residual}"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn batch_matmul_matches_naive_loops_shared_and_transposed() {
+    for (batch, m, n, k) in [
+        (12, 16, 16, 32),
+        (2, 128, 32, 128),
+        (1, 70, 9, 13),
+        (24, 1, 5, 3),
+    ] {
+        for (transposed, shared) in [(false, false), (true, false), (false, true)] {
+            let a = values(batch * m * k, 4);
+            let mut b = values(if shared { k * n } else { batch * k * n }, 5);
+            let alpha = 0.25;
+            let step = if shared { 0 } else { k * n };
+            let mut expected = vec![0f32; batch * m * n];
+            for index in 0..batch {
+                for row in 0..m {
+                    for column in 0..n {
+                        let mut sum = 0f64;
+                        for inner in 0..k {
+                            let value = if transposed {
+                                b[index * step + column * k + inner]
+                            } else {
+                                b[index * step + inner * n + column]
+                            };
+                            sum += a[index * m * k + row * k + inner] as f64 * value as f64;
+                        }
+                        expected[index * m * n + row * n + column] = alpha * sum as f32;
+                    }
+                }
+            }
+            let mut out = vec![f32::NAN; batch * m * n];
+            // SAFETY: every buffer has the sizes the kernel is told.
+            unsafe {
+                batch_matmul_into(
+                    batch,
+                    m,
+                    n,
+                    k,
+                    a.as_ptr(),
+                    (b.as_mut_ptr(), step, transposed),
+                    alpha,
+                    Shared(out.as_mut_ptr()),
+                    three_threads,
+                )
+                .unwrap();
+            }
+            assert_close(
+                &out,
+                &expected,
+                &format!("batch {batch}x{m}x{n}x{k} {transposed} {shared}"),
+            );
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! relax-runtime's kernels: matrix multiplications, convolutions, softmax and layer
+//! normalization that compiled models call instead of TVM's untuned loops.
+//!
+//! relax-build's driver rewrites a model's matmuls and convolutions into
+//! `R.call_dps_packed("relax_runtime.<kernel>", ...)`; the functions below are
+//! registered under those names (`TVMFFIFunctionCreate` + `TVMFFIFunctionSetGlobal`)
+//! when the TVM runtime is loaded, before any model. They compute with the `gemm` crate
+//! (AVX-512, AVX2 or NEON, chosen at run time), split over TVM's thread pool.
+//!
+//! | name | arguments (outputs last) |
+//! |---|---|
+//! | `relax_runtime.dense` | `x[.., K], w, transpose_w, epilogue, out[.., N]` |
+//! | `relax_runtime.dense_bias` | `x[.., K], w, bias[N], transpose_w, epilogue, out[.., N]` |
+//! | `relax_runtime.batch_matmul` | `a[B.., M, K], b[B.., K, N] or [K, N], transpose_b, alpha, out[B.., M, N]` |
+//! | `relax_runtime.conv2d` | `x[N, C, H, W], w[O, C/g, KH, KW], strides(2), padding(4), dilation(2), groups, epilogue, out` |
+//! | `relax_runtime.conv2d_bias` | as `conv2d`, with `bias[O]` after `w` |
+//! | `relax_runtime.conv2d_bn` | as `conv2d`, with `gamma[O], beta[O], mean[O], variance[O], epsilon` after `w` |
+//! | `relax_runtime.<dense or conv2d kernel>_add` | as the kernel, with `residual` (the output's shape) before `out`, added before the activation |
+//! | `relax_runtime.softmax` | `x, out`: along the last axis |
+//! | `relax_runtime.softmax_add` | `x, mask, out`: `softmax(x + mask)`, `mask` of x's rank broadcast where its dims are 1 |
+//! | `relax_runtime.layer_norm` | `x[.., N], gamma[N], beta[N], epsilon, out` |
+//! | `relax_runtime.reduce_trailing` | `x, axes, mean, out`: sum (mean when `mean` is 1) over the last `axes` axes |
+//!
+//! `w` is `[N, K]` with `transpose_w = 1` (`x · wᵀ`, as `nn.Linear` stores it), else
+//! `[K, N]`; `epilogue` is [`Epilogue`]'s code. Every argument is checked (dtype,
+//! shapes, contiguity) before any memory is touched: a mismatch is a TVM error, not UB.
+
+mod conv;
+mod epilogue;
+mod gemm;
+mod parallel;
+mod rows;
+mod simd;
+mod tensor;
+
+use std::ffi::{c_void, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::api::Api;
+use crate::sys;
+
+pub(crate) use epilogue::Epilogue;
+pub(crate) use tensor::Arguments;
+
+/// A kernel: reads its arguments, writes its outputs, or says why it cannot.
+type Kernel = fn(&Arguments<'_>) -> Result<(), String>;
+
+/// The registered kernels, by global name.
+const KERNELS: &[(&str, Kernel)] = &[
+    ("relax_runtime.dense", gemm::dense),
+    ("relax_runtime.dense_bias", gemm::dense_bias),
+    ("relax_runtime.dense_add", gemm::dense_add),
+    ("relax_runtime.dense_bias_add", gemm::dense_bias_add),
+    ("relax_runtime.batch_matmul", gemm::batch_matmul),
+    ("relax_runtime.conv2d", conv::conv2d),
+    ("relax_runtime.conv2d_bias", conv::conv2d_bias),
+    ("relax_runtime.conv2d_bn", conv::conv2d_bn),
+    ("relax_runtime.conv2d_add", conv::conv2d_add),
+    ("relax_runtime.conv2d_bias_add", conv::conv2d_bias_add),
+    ("relax_runtime.conv2d_bn_add", conv::conv2d_bn_add),
+    ("relax_runtime.softmax", rows::softmax),
+    ("relax_runtime.softmax_add", rows::softmax_add),
+    ("relax_runtime.layer_norm", rows::layer_norm),
+    ("relax_runtime.reduce_trailing", rows::reduce_trailing),
+];
+
+/// The `safe_call` of every kernel: `handle` points to the kernel's entry of [`KERNELS`].
+unsafe extern "C" fn call_kernel(
+    handle: *mut c_void,
+    args: *const sys::TVMFFIAny,
+    count: i32,
+    _result: *mut sys::TVMFFIAny,
+) -> i32 {
+    // SAFETY: `register` passed a pointer into the static KERNELS table as the handle
+    // (never null: tvm-ffi passes its own object instead of a null handle).
+    let (name, kernel) = unsafe { *handle.cast::<(&str, Kernel)>() };
+    let args = if count <= 0 || args.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: TVM passes `count` valid argument values that outlive the call.
+        unsafe { std::slice::from_raw_parts(args, count as usize) }
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&Arguments::new(name, args))));
+    let (kind, message) = match outcome {
+        Ok(Ok(())) => return 0,
+        Ok(Err(message)) => ("ValueError", message),
+        Err(_) => ("InternalError", format!("{name} panicked")),
+    };
+    let kind = CString::new(kind).expect("no NUL");
+    let message = CString::new(message.replace('\0', " ")).expect("NULs replaced");
+    // SAFETY: both are valid C strings; TVM copies them into the raised error.
+    unsafe {
+        (crate::api::loaded().ffi.TVMFFIErrorSetRaisedFromCStr)(kind.as_ptr(), message.as_ptr())
+    };
+    -1
+}
+
+/// Registers every kernel as a global function of the loaded runtime.
+pub(crate) fn register(api: &Api) -> Result<(), String> {
+    for entry in KERNELS {
+        let name = entry.0;
+        let mut function: sys::TVMFFIObjectHandle = std::ptr::null_mut();
+        let handle = (entry as *const (&str, Kernel)).cast_mut().cast::<c_void>();
+        // SAFETY: `call_kernel` has TVM's safe-call signature; the handle points into a
+        // static table (no deleter needed); `function` receives an owned function object.
+        let status = unsafe {
+            (api.ffi.TVMFFIFunctionCreate)(handle, Some(call_kernel), None, &mut function)
+        };
+        if status != 0 || function.is_null() {
+            return Err(format!("TVMFFIFunctionCreate failed for {name}"));
+        }
+        let bytes = sys::TVMFFIByteArray {
+            data: name.as_ptr().cast(),
+            size: name.len(),
+        };
+        // SAFETY: `bytes` describes a live string; the registry keeps its own reference to
+        // `function`; ours is kept for the process's life (never released).
+        let status = unsafe { (api.ffi.TVMFFIFunctionSetGlobal)(&bytes, function, 1) };
+        if status != 0 {
+            return Err(format!("TVMFFIFunctionSetGlobal failed for {name}"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! Splitting a kernel's work over TVM's thread pool (`TVMBackendParallelLaunch`), so that
+//! one pool, sized by `TVM_NUM_THREADS` / `set_threads_per_call`, runs both TVM's code
+//! and relax-runtime's kernels: no second pool competes for the cores.
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::api::{self, ParallelGroupEnv};
+
+/// Runs `body(task, tasks)` over some tasks (inline: one task on this thread).
+pub(crate) type Executor = fn(bool, &(dyn Fn(usize, usize) + Sync)) -> Result<(), String>;
+
+/// What one task runs: `body(task, tasks)`.
+struct Job<'a> {
+    body: &'a (dyn Fn(usize, usize) + Sync),
+}
+
+unsafe extern "C" fn run_task(task: i32, env: *mut ParallelGroupEnv, data: *mut c_void) -> i32 {
+    // SAFETY: `data` is the `Job` that `parallel_for` passed, alive until the launch
+    // returns; `env` is TVM's group environment for this launch.
+    let (job, tasks) = unsafe { (&*(data as *const Job<'_>), (*env).num_task) };
+    let (task, tasks) = (task.max(0) as usize, tasks.max(1) as usize);
+    match catch_unwind(AssertUnwindSafe(|| (job.body)(task, tasks))) {
+        Ok(()) => 0,
+        Err(_) => -1,
+    }
+}
+
+/// Runs `body(task, tasks)` for every task of TVM's pool for this thread (`tasks` of
+/// them, from 1 to the pool's size), and returns when all are done. With `inline` (for
+/// work too small to share), or when calls on this thread use one thread, runs
+/// `body(0, 1)` on this thread instead.
+pub(crate) fn parallel_for(
+    inline: bool,
+    body: &(dyn Fn(usize, usize) + Sync),
+) -> Result<(), String> {
+    if inline || crate::threads::this_thread_threads() == 1 {
+        body(0, 1);
+        return Ok(());
+    }
+    let job = Job { body };
+    let launch = api::loaded().parallel_launch;
+    // SAFETY: `run_task` reads `job` only during the launch, which returns after every
+    // task finished; the tasks only share `body`, which is `Sync`.
+    let status = unsafe {
+        launch(
+            Some(run_task),
+            (&job as *const Job<'_>).cast_mut().cast(),
+            0,
+        )
+    };
+    if status == 0 {
+        Ok(())
+    } else {
+        Err("a task of a relax-runtime kernel failed".to_string())
+    }
+}
+
+/// The `part`-th of `parts` contiguous ranges of `0..total` of near-equal sizes, each
+/// starting at a multiple of `align` (but an empty one, which starts at `total`).
+pub(crate) fn chunk(
+    total: usize,
+    parts: usize,
+    part: usize,
+    align: usize,
+) -> std::ops::Range<usize> {
+    let parts = parts.max(1);
+    let align = align.max(1);
+    let boundary = |index: usize| {
+        if index >= parts {
+            total
+        } else {
+            // Rounded to the nearest multiple of `align`.
+            let exact = index * total / parts;
+            ((exact + align / 2) / align * align).min(total)
+        }
+    };
+    boundary(part)..boundary(part + 1).max(boundary(part))
+}
+
+/// An executor on three scoped OS threads, for testing the kernels without TVM.
+#[cfg(test)]
+pub(crate) fn three_threads(
+    inline: bool,
+    body: &(dyn Fn(usize, usize) + Sync),
+) -> Result<(), String> {
+    if inline {
+        body(0, 1);
+        return Ok(());
+    }
+    std::thread::scope(|scope| {
+        for task in 0..3 {
+            scope.spawn(move || body(task, 3));
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk;
+
+    #[test]
+    fn chunks_cover_the_range_once_with_aligned_starts() {
+        for (total, parts, align) in [
+            (100, 2, 16),
+            (7, 4, 1),
+            (1536, 2, 16),
+            (3, 8, 16),
+            (0, 2, 4),
+            (49, 2, 4),
+            (49, 3, 1),
+        ] {
+            let mut covered = 0;
+            for part in 0..parts {
+                let range = chunk(total, parts, part, align);
+                assert_eq!(range.start, covered.min(total));
+                assert!(range.start.is_multiple_of(align) || range.start == total);
+                covered = range.end.max(covered);
+            }
+            assert_eq!(covered, total);
+        }
+    }
+
+    #[test]
+    fn chunks_are_balanced() {
+        assert_eq!((chunk(49, 2, 0, 1), chunk(49, 2, 1, 1)), (0..24, 24..49));
+        assert_eq!((chunk(49, 2, 0, 4), chunk(49, 2, 1, 4)), (0..24, 24..49));
+        assert_eq!(
+            (chunk(3136, 2, 0, 16), chunk(3136, 2, 1, 16)),
+            (0..1568, 1568..3136)
+        );
+    }
+}
