@@ -1,14 +1,16 @@
 """relax-bench's side harness: onnxruntime on the same .onnx files (and the same inputs),
-and numpy's matmul (OpenBLAS), with the same thread count. Reads a JSON spec on stdin:
+and numpy's matmul (OpenBLAS), with the same thread count. Reads a JSON spec on its first
+line of stdin:
 
     {"threads": 2, "warmup": 10, "seconds": 1.0, "min_iterations": 20, "mode": "time",
      "cases": [{"name": "mlp_b1", "model": "models/mlp_b1.onnx",
                 "inputs": {"x": {"shape": [1, 784], "dtype": "float32", "data": [...]}}}],
      "matmul": 1024}
 
-With "mode": "time", prints {"ort": {name: median seconds}, "numpy_matmul": median
-seconds, "blas": "..."}; with "mode": "outputs", prints {"outputs": {name: [flat output
-values]}}.
+With "mode": "serve" (how relax-bench times, interleaved with its own runs): prints
+{"blas": "..."} once the sessions are ready, then answers each request line
+{"time": NAME} (a case's name, or "numpy_matmul") with {"seconds": median}, until
+stdin closes. With "mode": "outputs", prints {"outputs": {name: [flat output values]}}.
 """
 
 import json
@@ -50,7 +52,7 @@ def session(path, threads):
 
 
 def main():
-    spec = json.load(sys.stdin)
+    spec = json.loads(sys.stdin.readline())
     threads = spec["threads"]
     if spec.get("mode") == "outputs":
         outputs = {}
@@ -60,23 +62,26 @@ def main():
         print(json.dumps({"outputs": outputs}))
         return
     timing = (spec["warmup"], spec["seconds"], spec["min_iterations"])
-    ort = {}
-    for case in spec["cases"]:
-        runner = session(case["model"], threads)
-        feeds = feeds_of(case)
-        ort[case["name"]] = median_seconds(lambda: runner.run(None, feeds), *timing)
+    runners = {case["name"]: (session(case["model"], threads), feeds_of(case)) for case in spec["cases"]}
     size = spec["matmul"]
     rng = np.random.default_rng(0)
     a = rng.random((size, size), dtype=np.float32)
     b = rng.random((size, size), dtype=np.float32)
     with threadpool_limits(limits=threads):
-        matmul = median_seconds(lambda: a @ b, *timing)
         blas = ", ".join(
             f"{info.get('internal_api')} {info.get('version')} ({info.get('architecture')}, {info.get('num_threads')} threads)"
             for info in threadpool_info()
             if info.get("user_api") == "blas"
         )
-    print(json.dumps({"ort": ort, "numpy_matmul": matmul, "blas": blas}))
+        print(json.dumps({"blas": blas}), flush=True)
+        for line in sys.stdin:
+            name = json.loads(line)["time"]
+            if name == "numpy_matmul":
+                seconds = median_seconds(lambda: a @ b, *timing)
+            else:
+                runner, feeds = runners[name]
+                seconds = median_seconds(lambda: runner.run(None, feeds), *timing)
+            print(json.dumps({"seconds": seconds}), flush=True)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,14 @@ rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup ta
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
-# The benchmark in its short mode, so it cannot rot (figures: `cargo run --release -p relax-bench`).
+# docs.rs builds the libraries with DOCS_RS=1 on a machine without Python or TVM.
+DOCS_RS=1 RUSTDOCFLAGS="-D warnings" RELAX_PYTHON=/nonexistent/python cargo doc --no-deps -p relax-build -p relax-runtime -p relax-runtime-macros
+# The benchmark and the soak run in their short modes, so that they cannot rot (figures:
+# `cargo run --release -p relax-bench`; tests/bench_outputs.rs checks its models' outputs).
 cargo run --release -p relax-bench -- --quick
-cargo test --workspace
-cargo test -p relax-runtime --features half
+cargo run --release -p relax-bench --bin soak -- --quick
+cargo test --workspace --no-fail-fast
+cargo test -p relax-runtime --features half,ndarray
+# The crates package and would publish (dependencies by version, the driver and docs included).
+cargo publish --dry-run --allow-dirty -p relax-runtime-macros -p relax-runtime -p relax-build -p cargo-relax
 

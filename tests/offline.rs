@@ -14,6 +14,12 @@ fn prepared_app(suffix: &str) -> IsolatedApp {
         "{}",
         stdout(&output)
     );
+    // The progress bar is drawn on terminals only; here stderr is a pipe.
+    assert!(
+        !stderr(&output).contains("preparing for") && !stderr(&output).contains("compiling `"),
+        "no progress drawn off a terminal: {}",
+        stderr(&output)
+    );
     let prepared = app.dir.join(".relax");
     assert!(prepared
         .join("double")

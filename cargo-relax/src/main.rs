@@ -5,6 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod add;
+mod progress;
+
 use clap::{Args, Parser, Subcommand};
 use relax_build::tooling::{self, ArtifactSource, Prepared};
 use relax_build::Config;
@@ -26,6 +29,27 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command_ {
+    /// Inspect a model file and declare it in the package's Cargo.toml, the way `cargo add`
+    /// adds a dependency: writes [package.metadata.relax.models.NAME] with the inputs
+    /// found (an ONNX graph's, a TVMScript module's functions'; an nn.Module's from
+    /// --input), then prints the methods `include_model!` will generate.
+    Add {
+        /// The model's name (its `include_model!` name).
+        name: String,
+        /// The model source: .onnx, or .py (with --entry).
+        path: PathBuf,
+        /// The attribute of a .py source to compile (an nn.Module class, an IRModule, ...).
+        #[arg(long, value_name = "ATTRIBUTE")]
+        entry: Option<String>,
+        /// The parameters' values (.safetensors, by parameter name) of an nn.Module.
+        #[arg(long, value_name = "PATH")]
+        weights: Option<PathBuf>,
+        /// An nn.Module method's input: METHOD.ARGUMENT=SPEC, e.g. forward.x="float32[batch, 64]" (repeatable).
+        #[arg(long = "input", value_name = "METHOD.ARG=SPEC")]
+        inputs: Vec<String>,
+        #[command(flatten)]
+        package: PackageArgs,
+    },
     /// Compile every model of a package into .relax/<model>/<target>/ (or check that folder with --check).
     Prepare {
         #[command(flatten)]
@@ -120,6 +144,28 @@ fn main() -> ExitCode {
 
 fn run(command: Command_) -> Result<ExitCode, String> {
     match command {
+        Command_::Add {
+            name,
+            path,
+            entry,
+            weights,
+            inputs,
+            package,
+        } => {
+            let manifest_dir = package.select()?.manifest_dir;
+            let request = add::AddRequest {
+                manifest_dir: &manifest_dir,
+                name: &name,
+                source: &path,
+                entry: entry.as_deref(),
+                weights: weights.as_deref(),
+                inputs: &inputs,
+            };
+            for line in add::add(&config(&manifest_dir, &host_triple()?)?, &request)? {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command_::Prepare {
             package,
             targets,
@@ -161,8 +207,18 @@ fn run(command: Command_) -> Result<ExitCode, String> {
                 Some(target) => target,
                 None => host_triple()?,
             };
-            let dirs = tooling::tune(&config(&manifest_dir, &target)?, model.as_deref(), trials)
-                .map_err(|error| error.to_string())?;
+            // Meta-schedule draws its own table: one line per model instead of a bar.
+            let started = std::time::Instant::now();
+            let dirs = tooling::tune_reporting(
+                &config(&manifest_dir, &target)?,
+                model.as_deref(),
+                trials,
+                &|step, steps, what| {
+                    eprintln!("[{step}/{steps}] {what} (after {:.0?})", started.elapsed());
+                },
+            )
+            .map_err(|error| error.to_string())?;
+            eprintln!("tuned in {:.0?}", started.elapsed());
             for dir in dirs {
                 println!("tuning records: {}", dir.display());
             }
@@ -204,8 +260,13 @@ fn config(manifest_dir: &Path, target: &str) -> Result<Config, String> {
 
 fn prepare(manifest_dir: &Path, targets: &[String]) -> Result<ExitCode, String> {
     for target in targets {
+        let progress = progress::Progress::new(&format!("preparing for {target}"));
         let prepared =
-            tooling::prepare(&config(manifest_dir, target)?).map_err(|error| error.to_string())?;
+            tooling::prepare_reporting(&config(manifest_dir, target)?, &|step, steps, what| {
+                progress.step(step, steps, what)
+            });
+        progress.finish();
+        let prepared = prepared.map_err(|error| error.to_string())?;
         for model in prepared {
             let how = match model.source {
                 ArtifactSource::Cache => "from the cache",

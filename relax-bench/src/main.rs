@@ -10,7 +10,10 @@
 //! onnxruntime's on the same inputs and fails above 1e-4 (relative to 1 + |expected|).
 //!
 //! onnxruntime and numpy run in a Python side harness (`ort_bench.py`, in the tests'
-//! reference venv under `target/test-python`, made on first use with pip).
+//! reference venv under `target/test-python`, made on first use with pip), which times a
+//! case when asked: a full run measures each case in 3 interleaved rounds (default,
+//! tuned, onnxruntime) and reports the median of the rounds' medians, so that the
+//! shared machine's noisy spells hit every column alike.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -33,6 +36,9 @@ relax_runtime::include_model!("matmul_tuned");
 relax_runtime::include_model!("cnn_tuned");
 
 const THREADS: usize = 2;
+
+/// Interleaved rounds per case in a full run (one with `--quick`).
+const ROUNDS: usize = 3;
 
 /// What an input holds.
 #[derive(Clone, Copy)]
@@ -99,13 +105,19 @@ fn main() -> Result<(), Failure> {
     if check {
         return check_outputs(&cases);
     }
-    let peers = run_peers(&cases, &timing)?;
+    let rounds = if quick { 1 } else { ROUNDS };
+    let round_timing = Timing {
+        seconds: timing.seconds / rounds as f64,
+        min_iterations: timing.min_iterations.div_ceil(rounds),
+        ..timing
+    };
+    let mut peers = Peers::start(&cases, &round_timing)?;
     println!(
         "relax-bench: median latency, {THREADS} threads (TVM_NUM_THREADS={}, onnxruntime intra-op {THREADS}, BLAS {THREADS}){}",
         std::env::var("TVM_NUM_THREADS").unwrap_or_default(),
         if quick { ", --quick" } else { "" }
     );
-    println!("BLAS: {}", peers["blas"].as_str().unwrap_or("unknown"));
+    println!("BLAS: {}", peers.blas);
     println!();
     println!(
         "{:<15} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}",
@@ -113,12 +125,22 @@ fn main() -> Result<(), Failure> {
     );
     let mut summary: Vec<(String, f64)> = Vec::new();
     for case in &cases {
-        let default = median_call(&case.default, case, &timing)?;
-        let tuned = match &case.tuned {
-            Some(session) => Some(median_call(session, case, &timing)?),
-            None => None,
-        };
-        let ort = peers["ort"][case.name].as_f64().unwrap_or(f64::NAN);
+        // Rounds of (default, tuned, onnxruntime), so that a noisy spell of the shared
+        // machine hits all three alike; each figure is the median of its rounds' medians.
+        let (mut defaults, mut tuneds, mut orts) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            defaults.push(median_call(&case.default, case, &round_timing)?);
+            settle(quick);
+            if let Some(session) = &case.tuned {
+                tuneds.push(median_call(session, case, &round_timing)?);
+                settle(quick);
+            }
+            orts.push(peers.time(case.name)?);
+            settle(quick);
+        }
+        let default = median(&mut defaults);
+        let tuned = (!tuneds.is_empty()).then(|| median(&mut tuneds));
+        let ort = median(&mut orts);
         let best = tuned.map_or(default, |tuned| tuned.min(default));
         println!(
             "{:<15} {:>12.1} {:>12} {:>12.1} {:>12.3} {:>10} {:>10.1}",
@@ -138,7 +160,12 @@ fn main() -> Result<(), Failure> {
             summary.push(("add_overhead_us".to_string(), best * 1e6));
         }
         if case.name == "matmul" {
-            let blas = peers["numpy_matmul"].as_f64().unwrap_or(f64::NAN);
+            let mut blas_rounds = Vec::new();
+            for _ in 0..rounds {
+                blas_rounds.push(peers.time("numpy_matmul")?);
+                settle(quick);
+            }
+            let blas = median(&mut blas_rounds);
             println!(
                 "{:<15} {:>12} {:>12} {:>12.1} {:>12.3} {:>10} {:>10.1}   (numpy/OpenBLAS matmul; best/openblas {:.3})",
                 "  numpy",
@@ -156,22 +183,31 @@ fn main() -> Result<(), Failure> {
     }
     let mlp = &cases[0].default;
     let seconds = timing.seconds * 2.0;
+    drop(peers);
+    let latency_mode = throughput(mlp, &[1, 784], 1, seconds)?;
     // The idle workers of the main thread's TVM pool spin for a while after its last
     // parallel loop (TVM_THREAD_POOL_SPIN_COUNT yields) before they sleep: let them
     // settle, so that they do not take a core from the threads measured next.
     std::thread::sleep(Duration::from_secs(1));
-    let latency_mode = throughput(mlp, &[1, 784], 1, seconds)?;
     relax_runtime::set_threads_per_call(1);
-    let one = throughput(mlp, &[1, 784], 1, seconds)?;
-    let two = throughput(mlp, &[1, 784], 2, seconds)?;
+    // Rounds of (1 thread, 2 threads), as for the latencies; the ratio is the median of
+    // the rounds' ratios.
+    let (mut ones, mut twos, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let one = throughput(mlp, &[1, 784], 1, seconds / rounds as f64)?;
+        let two = throughput(mlp, &[1, 784], 2, seconds / rounds as f64)?;
+        ones.push(one);
+        twos.push(two);
+        ratios.push(two / one);
+    }
     relax_runtime::set_threads_per_call(0);
+    let (one, two, ratio) = (median(&mut ones), median(&mut twos), median(&mut ratios));
     println!();
     println!(
         "mlp_b1, one Model shared by request threads (1 thread per call): 1 thread {one:.0} calls/s, \
-         2 threads {two:.0} calls/s, ratio {:.2} (one caller with {THREADS} threads per call: {latency_mode:.0} calls/s)",
-        two / one
+         2 threads {two:.0} calls/s, ratio {ratio:.2} (one caller with {THREADS} threads per call: {latency_mode:.0} calls/s)"
     );
-    summary.push(("shared_model_2_threads_vs_1".to_string(), two / one));
+    summary.push(("shared_model_2_threads_vs_1".to_string(), ratio));
     println!();
     let keys = [
         "mlp_b1_tuned_vs_ort",
@@ -431,15 +467,22 @@ fn harness_cases(cases: &[Case]) -> Result<Vec<Value>, Failure> {
 }
 
 /// Runs the side harness with `spec` (plus the cases) and returns its JSON.
-fn harness(mut spec: Value, cases: &[Case]) -> Result<Value, Failure> {
+/// The side harness, with the test venv's Python.
+fn harness_command() -> Command {
     let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    spec["threads"] = json!(THREADS);
-    spec["cases"] = json!(harness_cases(cases)?);
-    let mut child = Command::new(relax_cargo_tests::test_python())
+    let mut command = Command::new(relax_cargo_tests::test_python());
+    command
         .arg(here.join("ort_bench.py"))
         // Set on some machines for old OpenBLAS builds; they slow a current numpy.
         .env_remove("OPENBLAS_CORETYPE")
-        .env_remove("OPENBLAS_L2_SIZE")
+        .env_remove("OPENBLAS_L2_SIZE");
+    command
+}
+
+fn harness(mut spec: Value, cases: &[Case]) -> Result<Value, Failure> {
+    spec["threads"] = json!(THREADS);
+    spec["cases"] = json!(harness_cases(cases)?);
+    let mut child = harness_command()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
@@ -455,18 +498,88 @@ fn harness(mut spec: Value, cases: &[Case]) -> Result<Value, Failure> {
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
-/// Runs onnxruntime and numpy in the side harness with the same timing rules.
-fn run_peers(cases: &[Case], timing: &Timing) -> Result<Value, Failure> {
-    harness(
-        json!({
-            "mode": "time",
+/// onnxruntime and numpy in the side harness, with the same timing rules, timing one
+/// case at a time on request (between relax-runtime's own runs of it).
+struct Peers {
+    child: std::process::Child,
+    /// The harness's stdin (None once closed).
+    requests: Option<std::process::ChildStdin>,
+    answers: std::io::BufReader<std::process::ChildStdout>,
+    blas: String,
+}
+
+impl Drop for Peers {
+    /// Closes the harness's stdin (it exits) and waits for it.
+    fn drop(&mut self) {
+        drop(self.requests.take());
+        let _ = self.child.wait();
+    }
+}
+
+impl Peers {
+    fn start(cases: &[Case], timing: &Timing) -> Result<Peers, Failure> {
+        let mut spec = json!({
+            "mode": "serve",
             "warmup": timing.warmup,
             "seconds": timing.seconds,
             "min_iterations": timing.min_iterations,
             "matmul": 1024,
-        }),
-        cases,
-    )
+            "threads": THREADS,
+        });
+        spec["cases"] = json!(harness_cases(cases)?);
+        let mut child = harness_command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut requests = child.stdin.take().expect("piped stdin");
+        writeln!(requests, "{spec}")?;
+        let answers = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut peers = Peers {
+            child,
+            requests: Some(requests),
+            answers,
+            blas: String::new(),
+        };
+        let ready = peers.answer()?;
+        peers.blas = ready["blas"].as_str().unwrap_or("unknown").to_string();
+        Ok(peers)
+    }
+
+    fn answer(&mut self) -> Result<Value, Failure> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        if self.answers.read_line(&mut line)? == 0 {
+            let status = self.child.wait()?;
+            return Err(format!("the onnxruntime harness stopped ({status})").into());
+        }
+        Ok(serde_json::from_str(&line)?)
+    }
+
+    /// The median seconds of one onnxruntime run of `name` (or "numpy_matmul").
+    fn time(&mut self, name: &str) -> Result<f64, Failure> {
+        let requests = self.requests.as_mut().ok_or("the harness was closed")?;
+        writeln!(requests, "{}", json!({ "time": name }))?;
+        requests.flush()?;
+        let answer = self.answer()?;
+        answer["seconds"]
+            .as_f64()
+            .ok_or_else(|| format!("the harness answered {answer}").into())
+    }
+}
+
+/// Waits for the idle threads of the run just measured to stop spinning (TVM's pool
+/// workers spin for up to TVM_THREAD_POOL_SPIN_COUNT yields after their last task,
+/// onnxruntime's for a while too), so that they take no core from the next run. Not
+/// in `--quick` runs, whose figures only show the benchmark still works.
+fn settle(quick: bool) {
+    if !quick {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Compares every build's output with onnxruntime's on the same inputs.

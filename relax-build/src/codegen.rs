@@ -293,13 +293,8 @@ fn describe(tensors: &[TensorType]) -> String {
         .join(", ")
 }
 
-fn write_method(
-    out: &mut String,
-    model: &str,
-    method: &str,
-    index: usize,
-    function: &Function,
-) -> Result<()> {
+/// The Rust names of a function's arguments.
+fn parameters(model: &str, function: &Function) -> Result<Vec<String>> {
     let mut parameters = Vec::new();
     for input in &function.inputs {
         let parameter = raw(&identifier(&input.name));
@@ -312,6 +307,44 @@ fn write_method(
         }
         parameters.push(parameter);
     }
+    Ok(parameters)
+}
+
+/// What the generated method returns: `Tensor`, or a tuple of them.
+fn return_type(function: &Function) -> String {
+    if function.returns_tuple {
+        let count = function.outputs.len();
+        let trailing = if count == 1 { "," } else { "" };
+        format!("({}{trailing})", vec!["Tensor"; count].join(", "))
+    } else {
+        "Tensor".to_string()
+    }
+}
+
+/// The generated method of `function` in one line, with the Relax signature it calls:
+/// `fn forward(&self, x: &Tensor) -> Result<Tensor>  // forward(x: float32[batch, 64]) -> ...`
+pub(crate) fn method_summary(model: &str, function: &Function) -> Result<String> {
+    let method = raw(&method_name(model, &function.name)?);
+    let arguments: Vec<String> = parameters(model, function)?
+        .iter()
+        .map(|name| format!("{name}: &Tensor"))
+        .collect();
+    Ok(format!(
+        "fn {method}(&self, {}) -> Result<{}>  // {}",
+        arguments.join(", "),
+        return_type(function),
+        relax_signature(function)
+    ))
+}
+
+fn write_method(
+    out: &mut String,
+    model: &str,
+    method: &str,
+    index: usize,
+    function: &Function,
+) -> Result<()> {
+    let parameters = parameters(model, function)?;
     w(out, format_args!(""));
     w(
         out,

@@ -206,6 +206,15 @@ pub struct Tune {
 }
 
 impl Model {
+    /// A model from the keys of its manifest entry (TOML text, as under
+    /// `[package.metadata.relax.models.<name>]`), paths relative to `manifest_dir`
+    /// (`cargo relax add` checks an entry before writing it).
+    pub fn from_entry(name: &str, manifest_dir: &Path, entry: &str) -> Result<Model> {
+        let text = format!("[package.metadata.relax.models.{name}]\n{entry}\n");
+        let mut metadata = parse(&text, manifest_dir, &manifest_dir.join("Cargo.toml"))?;
+        Ok(metadata.models.remove(0))
+    }
+
     /// The manifest key path of one of this model's keys.
     pub fn key(&self, key: &str) -> String {
         format!("{ROOT_KEY}.models.{}.{key}", self.name)

@@ -60,14 +60,29 @@ pub fn toolchain(config: &Config) -> Result<Toolchain> {
     .find_or_provision()
 }
 
+/// Told of each step of a long operation before it starts: `(step, steps, what)`, steps
+/// counted from 1 (`cargo relax` shows them as progress).
+pub type Report<'a> = &'a dyn Fn(usize, usize, &str);
+
 /// Compiles every model (through the cache) and writes its artifacts, its fetched
 /// files and the target's runtime libraries to the prepared folder, so later builds
 /// need no Python, network or toolchain. Needs a TVM toolchain.
 pub fn prepare(config: &Config) -> Result<Vec<PreparedModel>> {
+    prepare_reporting(config, &|_, _, _| {})
+}
+
+/// [`prepare`], reporting each model (and the runtime libraries) as a step.
+pub fn prepare_reporting(config: &Config, report: Report<'_>) -> Result<Vec<PreparedModel>> {
     let package = Package::open(config)?;
     let resolver = &package.resolver;
     let mut prepared = Vec::new();
-    for model in &package.metadata.models {
+    let steps = package.metadata.models.len() + 1;
+    for (index, model) in package.metadata.models.iter().enumerate() {
+        report(
+            index + 1,
+            steps,
+            &format!("compiling `{}` (or taking it from the cache)", model.name),
+        );
         let inputs = resolver.key_inputs(model)?;
         let artifacts = resolver.compile_cached(model, &inputs)?;
         let dir = crate::prepared::write(
@@ -87,6 +102,7 @@ pub fn prepare(config: &Config) -> Result<Vec<PreparedModel>> {
             source: artifacts.source,
         });
     }
+    report(steps, steps, "copying the TVM runtime libraries");
     let dirs = package.runtime_library_dirs()?;
     let runtime =
         runtime_libraries::prepared_dir(resolver.prepared_root(), resolver.cargo_target());
@@ -164,6 +180,16 @@ pub fn status(config: &Config) -> Result<(Option<Toolchain>, Vec<ModelStatus>)> 
 /// (per task) overrides `tune.trials`. Resumes from records already there. Returns
 /// the folders.
 pub fn tune(config: &Config, only: Option<&str>, trials: Option<u32>) -> Result<Vec<PathBuf>> {
+    tune_reporting(config, only, trials, &|_, _, _| {})
+}
+
+/// [`tune`], reporting each model as a step.
+pub fn tune_reporting(
+    config: &Config,
+    only: Option<&str>,
+    trials: Option<u32>,
+    report: Report<'_>,
+) -> Result<Vec<PathBuf>> {
     let package = Package::open(config)?;
     let resolver = &package.resolver;
     let models = match only {
@@ -193,7 +219,8 @@ pub fn tune(config: &Config, only: Option<&str>, trials: Option<u32>) -> Result<
         });
     }
     let mut dirs = Vec::new();
-    for model in models {
+    let steps = models.len();
+    for (index, model) in models.into_iter().enumerate() {
         let declared = model.tune.ok_or_else(|| Error::ManifestKey {
             path: resolver.manifest_path().to_path_buf(),
             key: model.key("tune"),
@@ -202,6 +229,11 @@ pub fn tune(config: &Config, only: Option<&str>, trials: Option<u32>) -> Result<
                 .to_string(),
         })?;
         let trials = trials.unwrap_or(declared.trials);
+        report(
+            index + 1,
+            steps,
+            &format!("tuning `{}` ({trials} trials per task)", model.name),
+        );
         let records = tuning::dir(
             resolver.prepared_root(),
             &model.name,
@@ -217,6 +249,15 @@ pub fn tune(config: &Config, only: Option<&str>, trials: Option<u32>) -> Result<
 pub fn inspect(config: &Config, model: &Model) -> Result<Vec<Function>> {
     let resolver = standalone_resolver(config, model)?;
     resolver.with_job(model, |job| job.inspect())
+}
+
+/// Each function's generated method in one line (what `include_model!` declares), with
+/// the Relax signature it calls (`cargo relax add` prints them).
+pub fn method_summaries(model: &str, functions: &[Function]) -> Result<Vec<String>> {
+    functions
+        .iter()
+        .map(|function| crate::codegen::method_summary(model, function))
+        .collect()
 }
 
 /// The folders holding `libtvm_ffi.so` and `libtvm_runtime.so` for the configured

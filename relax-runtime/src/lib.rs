@@ -53,6 +53,13 @@
 //! `u8`..`u64` and `bool`, and with the `half` feature `half::f16` (float16) and
 //! `half::bf16` (bfloat16). Without it, float16/bfloat16 data is read and written as
 //! raw little-endian bits with [`Tensor::from_bytes`] and [`Tensor::as_bytes`].
+//!
+//! # ndarray
+//!
+//! With the `ndarray` feature, `Tensor::from_array` takes any `ndarray` array or view
+//! (a transposed or sliced one included), `Tensor::view::<T>()` gives an `ArrayViewD`
+//! of a tensor without a copy (an output, for one), and `Tensor::to_array` an owned
+//! `ArrayD`.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -80,6 +87,8 @@ mod locate;
 mod object;
 mod session;
 mod tensor;
+#[cfg(feature = "ndarray")]
+mod tensor_ndarray;
 mod threads;
 mod vm;
 mod weights;
