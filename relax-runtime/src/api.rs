@@ -57,7 +57,7 @@ static API: OnceLock<Api> = OnceLock::new();
 static LOADING: Mutex<()> = Mutex::new(());
 
 /// The runtime, loading it on first use from the folders [`locate`] names for `hints`.
-pub(crate) fn get_or_load(hints: &Hints<'_>) -> Result<&'static Api> {
+pub(crate) fn get_or_load(hints: &Hints<'_>, register: Register) -> Result<&'static Api> {
     if let Some(api) = API.get() {
         return Ok(api);
     }
@@ -67,7 +67,7 @@ pub(crate) fn get_or_load(hints: &Hints<'_>) -> Result<&'static Api> {
     if let Some(api) = API.get() {
         return Ok(api);
     }
-    let api = load(&locate::search_dirs(hints))?;
+    let api = load(&locate::search_dirs(hints), register)?;
     Ok(API.get_or_init(|| api))
 }
 
@@ -77,7 +77,10 @@ pub(crate) fn loaded() -> &'static Api {
         .expect("the TVM runtime is loaded before any TVM object exists")
 }
 
-fn load(dirs: &[PathBuf]) -> Result<Api> {
+/// Registers global functions with a just-loaded runtime, before any model loads.
+pub(crate) type Register = fn(&Api) -> std::result::Result<(), String>;
+
+fn load(dirs: &[PathBuf], register: Register) -> Result<Api> {
     let not_found = |library| Error::RuntimeNotFound {
         library,
         searched: dirs.to_vec(),
@@ -126,7 +129,7 @@ fn load(dirs: &[PathBuf]) -> Result<Api> {
         globals,
         _runtime_library: runtime_library,
     };
-    crate::kernels::register(&api).map_err(|message| Error::LibraryLoad {
+    register(&api).map_err(|message| Error::LibraryLoad {
         path: runtime_path.clone(),
         message: format!("registering relax-runtime's kernels failed: {message}"),
     })?;
@@ -171,7 +174,7 @@ mod tests {
             PathBuf::from("/nonexistent/one"),
             PathBuf::from("/nonexistent/two"),
         ];
-        let error = load(&dirs).err().expect("nothing to load");
+        let error = load(&dirs, |_| Ok(())).err().expect("nothing to load");
         assert_eq!(
             error.to_string(),
             "relax-runtime could not find libtvm_ffi.so; searched:\n  /nonexistent/one\n  /nonexistent/two\n\

@@ -85,6 +85,7 @@ mod kernels;
 mod library;
 mod locate;
 mod object;
+mod runtime;
 mod session;
 mod tensor;
 #[cfg(feature = "ndarray")]

@@ -3,12 +3,12 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::api;
 use crate::device::Device;
 use crate::error::Result;
 use crate::library;
 use crate::locate::Hints;
 use crate::private::EmbeddedModel;
+use crate::runtime;
 use crate::signature::ModelSignature;
 use crate::tensor::Tensor;
 use crate::vm::{Instance, Model, Output, VirtualMachine};
@@ -51,7 +51,7 @@ impl Session {
     /// Loads a model embedded by `include_model!` (what the generated `Model::load` calls).
     #[doc(hidden)]
     pub fn load_embedded(embedded: &'static EmbeddedModel, device: Device) -> Result<Session> {
-        api::get_or_load(&embedded.hints())?;
+        runtime::load(&embedded.hints())?;
         let signature = ModelSignature::from_json(embedded.name, embedded.signature_json)?;
         let library =
             library::load_embedded(embedded.name, embedded.library, embedded.library_sha256)?;
@@ -82,7 +82,7 @@ impl Session {
         device: Device,
     ) -> Result<Session> {
         let signature = ModelSignature::from_json(&library.display().to_string(), signature_json)?;
-        api::get_or_load(&Hints {
+        runtime::load(&Hints {
             tvm_version: crate::private::TVM_VERSION,
             cargo_target: crate::private::CARGO_TARGET,
             relative_to_executable: None,
