@@ -212,6 +212,43 @@ fn aarch64_release_builds_offline_from_prepared_artifacts_with_python_hidden() {
         stdout(&output),
         "offset: [11.0, 12.0, 13.0, 14.0]\ndouble: [2.0, 4.0, 6.0, 8.0]\n"
     );
+
+    // `prepare --check` without --target checks every prepared target (aarch64 here) and
+    // the host, and counts every stale or missing artifact.
+    let source = app.join("models/double.py");
+    let text = std::fs::read_to_string(&source).unwrap();
+    std::fs::write(&source, format!("{text}\n# changed\n")).unwrap();
+    let check = cargo_relax(
+        &[
+            "prepare",
+            "--check",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+        ],
+        &[("RELAX_CACHE_DIR", cache.to_str().unwrap())],
+    );
+    assert!(
+        !check.status.success(),
+        "a stale aarch64 artifact fails the check"
+    );
+    let report = stdout(&check);
+    assert!(
+        report.contains(&format!(
+            "stale  `double` ({CROSS_TARGET}): `models/double.py` changed"
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("ok     `offset` ({CROSS_TARGET})")),
+        "{report}"
+    );
+    // The host was never prepared: both models are missing there; 3 in all.
+    assert!(
+        String::from_utf8_lossy(&check.stderr)
+            .contains("error: 3 prepared artifact(s) do not match"),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
 }
 
 /// A cross build of a copy of the two-models fixture linked by the host's `g++`, with

@@ -137,3 +137,51 @@ fn a_tampered_prepared_artifact_is_refused() {
         stderr(&output)
     );
 }
+
+/// `cargo relax bundle` where no TVM runtime libraries for the target can be found (no
+/// toolchain, none prepared): an error saying what is missing and how to get it, and no
+/// half-made bundle folder.
+#[test]
+fn a_bundle_without_runtime_libraries_says_how_to_get_them_and_leaves_nothing() {
+    let app = IsolatedApp::new("two-models", "bundle-missing");
+    app.build("building the app to bundle");
+    let out = app.temp().join("dist");
+    let manifest = app.manifest();
+    let empty = app.temp().join("no-toolchain");
+    let output = relax_cargo_tests::cargo_relax(
+        &[
+            "bundle",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[
+            ("RELAX_TOOLCHAIN_DIR", empty.to_str().unwrap()),
+            ("RELAX_BOOTSTRAP_PYTHON", "/nonexistent/python3"),
+            ("RELAX_PYTHON", "/nonexistent/python3"),
+            ("RELAX_OFFLINE", "1"),
+        ],
+    );
+    assert!(
+        !output.status.success(),
+        "bundling without runtime libraries fails"
+    );
+    let message = stderr(&output);
+    assert!(
+        message.contains("libtvm_"),
+        "names the missing library: {message}"
+    );
+    assert!(
+        message.contains(&format!("Fix: run `cargo relax prepare --target {HOST}`")),
+        "says how to get them: {message}"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&out)
+        .map(|dir| dir.collect())
+        .unwrap_or_default();
+    assert!(
+        leftovers.is_empty(),
+        "nothing half-made in {}: {leftovers:?}",
+        out.display()
+    );
+}

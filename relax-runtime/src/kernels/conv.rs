@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use super::epilogue::{add, scale_shift, Epilogue};
-use super::gemm::{Rhs, Shared};
+use super::gemm::{gemm_block, Rhs, Shared};
 use super::parallel::{chunk, parallel_for, Executor};
 use super::tensor::Arguments;
 
@@ -253,14 +253,15 @@ pub(crate) unsafe fn conv2d_into(
                     // SAFETY: the group's input planes, read only; the destination block
                     // (rows, columns) is this task's alone.
                     unsafe {
-                        gemm_strided(
-                            rows.clone(),
-                            columns.clone(),
+                        gemm_block(
                             depth,
+                            pixels,
                             weights.get(),
                             rhs,
-                            Shared(output.at(columns.start)),
-                            pixels,
+                            output,
+                            rows.clone(),
+                            columns.clone(),
+                            1.0,
                         )
                     };
                     finish(rows, columns);
@@ -284,14 +285,15 @@ pub(crate) unsafe fn conv2d_into(
                     // SAFETY: `unfolded` holds `depth` rows of this block's columns; the
                     // destination block (rows, block_columns) is this task's alone.
                     unsafe {
-                        gemm_strided(
-                            rows.clone(),
-                            0..block_columns.len(),
+                        gemm_block(
                             depth,
+                            pixels,
                             weights.get(),
                             rhs,
                             Shared(output.at(block_columns.start)),
-                            pixels,
+                            rows.clone(),
+                            0..block_columns.len(),
+                            1.0,
                         )
                     };
                     finish(rows.clone(), block_columns);
@@ -300,50 +302,6 @@ pub(crate) unsafe fn conv2d_into(
         }
     }
     Ok(())
-}
-
-/// `out[rows, ..] = W[rows, depth] · B[depth, columns]` where `out` has row stride
-/// `out_stride` and starts at the block's first column.
-///
-/// # Safety
-/// Every pointer addresses its checked buffer; the block is this
-/// task's alone.
-unsafe fn gemm_strided(
-    rows: std::ops::Range<usize>,
-    columns: std::ops::Range<usize>,
-    depth: usize,
-    weights: *mut f32,
-    rhs: Rhs,
-    out: Shared,
-    out_stride: usize,
-) {
-    if rows.is_empty() || columns.is_empty() {
-        return;
-    }
-    // SAFETY: the caller's contract.
-    unsafe {
-        gemm::gemm(
-            rows.len(),
-            columns.len(),
-            depth,
-            out.at(rows.start * out_stride),
-            1,
-            out_stride as isize,
-            false,
-            weights.add(rows.start * depth),
-            1,
-            depth as isize,
-            rhs.data.at(columns.start * rhs.column_stride as usize),
-            rhs.column_stride,
-            rhs.row_stride,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
 }
 
 /// What follows the convolution in a kernel's arguments.

@@ -63,11 +63,12 @@ impl Rhs {
 }
 
 /// `out[m, n] = alpha * x[m, k] · B[k, n]` for the rows `rows` and columns `columns`,
-/// on this thread.
+/// on this thread; `n` is `out`'s row stride (a convolution writes a block of a wider
+/// output).
 ///
 /// # Safety
-/// `x` holds `m x k` (row-major, leading `x_rows` rows), `out` `m x n` row-major, and the
-/// block must not be written by any other thread meanwhile.
+/// `x` holds `m x k` (row-major), `out` `m` rows of stride `n`, `B` every column
+/// addressed, and the block must not be written by any other thread meanwhile.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_block(
     k: usize,

@@ -78,6 +78,20 @@ pub(crate) fn chunk(
     boundary(part)..boundary(part + 1).max(boundary(part))
 }
 
+/// Deterministic values in [-scale, scale), for the kernels' tests.
+#[cfg(test)]
+pub(crate) fn test_values(count: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * scale
+        })
+        .collect()
+}
+
 /// An executor on three scoped OS threads, for testing the kernels without TVM.
 #[cfg(test)]
 pub(crate) fn three_threads(

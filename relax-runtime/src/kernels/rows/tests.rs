@@ -4,15 +4,7 @@ use super::*;
 use crate::kernels::parallel::three_threads;
 
 fn values(count: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * 8.0
-        })
-        .collect()
+    crate::kernels::parallel::test_values(count, seed, 8.0)
 }
 
 fn softmax_reference(row: &[f64]) -> Vec<f64> {
