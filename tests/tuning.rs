@@ -106,3 +106,50 @@ fn records_from_cargo_relax_tune_are_applied_and_keyed() {
         "offset: [11.0, 12.0, 13.0, 14.0]\ndouble: [2.0, 4.0, 6.0, 8.0]\n"
     );
 }
+
+/// A model whose source the build script generates (`$OUT_DIR/...`) exists only inside
+/// `cargo build`: `cargo relax` tunes the package's other models, and the commands that
+/// need every model stop, naming it.
+#[test]
+fn cargo_relax_works_on_the_other_models_of_a_package_with_a_generated_source() {
+    let app = IsolatedApp::new("two-models", "generated");
+    let manifest = app.dir.join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replace(
+            "entry = \"Double\"",
+            "entry = \"Double\"\ntune = { trials = 2 }",
+        ) + "\n[package.metadata.relax.models.generated]\nsource = \"$OUT_DIR/generated.onnx\"\n",
+    )
+    .unwrap();
+    let generated_error =
+        "`package.metadata.relax.models.generated.source`: `$OUT_DIR/generated.onnx` \
+                           names a file the package's build script generates";
+
+    for command in [&["prepare"][..], &["prepare", "--check"], &["info"]] {
+        let output = app.cargo_relax(command);
+        assert!(!output.status.success(), "{command:?} needs every model");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(generated_error), "{command:?}:\n{stderr}");
+    }
+
+    let output = app.cargo_relax(&["tune", "--model", "double"]);
+    assert_success(&output, "tuning another model");
+    assert!(app
+        .dir
+        .join(".relax/tuning/double/x86_64-unknown-linux-gnu/database_tuning_record.json")
+        .is_file());
+    assert_eq!(
+        app.python.starts(),
+        ["probe", "driver double"],
+        "the toolchain probed once, then only `double` tuned"
+    );
+
+    // Declaring `tune` on the generated model makes a plain `tune` refuse, naming it.
+    app.append("Cargo.toml", "tune = { trials = 2 }\n");
+    let output = app.cargo_relax(&["tune"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(generated_error), "{stderr}");
+}

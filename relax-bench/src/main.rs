@@ -34,6 +34,7 @@ relax_runtime::include_model!("mlp_b1_tuned");
 relax_runtime::include_model!("mlp_b64_tuned");
 relax_runtime::include_model!("matmul_tuned");
 relax_runtime::include_model!("cnn_tuned");
+relax_runtime::include_model!("minilm_s128_tuned");
 
 const THREADS: usize = 2;
 
@@ -268,7 +269,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             * (seq * (4.0 * 384.0 * 384.0 + 2.0 * 384.0 * 1536.0) + 2.0 * seq * seq * 384.0)
     };
     let minilm = minilm::Model::load()?.into_session();
-    let minilm_case = |name, batch, seq| -> Result<Case, Failure> {
+    let minilm_case = |name, batch, seq, tuned| -> Result<Case, Failure> {
         Ok(Case {
             name,
             onnx: generated.join("minilm.onnx"),
@@ -276,7 +277,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             inputs: text(batch, seq),
             flops: minilm_flops(batch as f64, seq as f64),
             default: minilm::Model::load()?.into_session(),
-            tuned: None,
+            tuned,
         })
     };
     drop(minilm);
@@ -326,9 +327,14 @@ fn cases() -> Result<Vec<Case>, Failure> {
             default: add::Model::load()?.into_session(),
             tuned: None,
         },
-        minilm_case("minilm_s16", 1, 16)?,
-        minilm_case("minilm_s128", 1, 128)?,
-        minilm_case("minilm_b8_s128", 8, 128)?,
+        minilm_case("minilm_s16", 1, 16, None)?,
+        minilm_case(
+            "minilm_s128",
+            1,
+            128,
+            Some(minilm_s128_tuned::Model::load()?.into_session()),
+        )?,
+        minilm_case("minilm_b8_s128", 8, 128, None)?,
         Case {
             name: "resnet50",
             onnx: generated.join("resnet50.onnx"),

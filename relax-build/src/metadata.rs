@@ -53,8 +53,51 @@ pub const ROOT_KEY: &str = "package.metadata.relax";
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Metadata {
     pub models: Vec<Model>,
+    /// Models whose source a build script generates (`$OUT_DIR/...`), read outside a
+    /// build script: they cannot be compiled there (see [`Generated::error`]).
+    pub generated: Vec<Generated>,
     /// `python = "..."`: the interpreter to compile with (after `RELAX_PYTHON`).
     pub python: Option<PythonSetting>,
+}
+
+impl Metadata {
+    /// The one model of a manifest that declares exactly one.
+    fn into_only_model(mut self, manifest_path: &Path) -> Result<Model> {
+        match self.generated.first() {
+            Some(generated) => Err(generated.error(manifest_path)),
+            None => Ok(self.models.remove(0)),
+        }
+    }
+}
+
+/// A model with a `$OUT_DIR/...` source, declared in a manifest read outside a build
+/// script (by `cargo relax`): only `cargo build` can compile it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Generated {
+    /// The model's name.
+    pub name: String,
+    /// The source as the manifest writes it.
+    pub source: String,
+    /// `tune = { ... }` is declared.
+    pub tunes: bool,
+}
+
+impl Generated {
+    /// The error for using the model outside a build script, naming its `source` key in
+    /// `manifest_path`.
+    pub fn error(&self, manifest_path: &Path) -> Error {
+        Error::ManifestKey {
+            path: manifest_path.to_path_buf(),
+            key: format!("{ROOT_KEY}.models.{}.source", self.name),
+            message: format!(
+                "`{}` names a file the package's build script generates, and only `cargo build` \
+                 knows that folder: `cargo relax` cannot compile, prepare or tune this model; \
+                 build it with `cargo build` (to prepare or tune it, have the file at a path in \
+                 the package and give that path as `source`)",
+                self.source
+            ),
+        }
+    }
 }
 
 /// The manifest's `python`: a path (relative to the package) or a command on `PATH`.
@@ -211,8 +254,8 @@ impl Model {
     /// (`cargo relax add` checks an entry before writing it).
     pub fn from_entry(name: &str, manifest_dir: &Path, entry: &str) -> Result<Model> {
         let text = format!("[package.metadata.relax.models.{name}]\n{entry}\n");
-        let mut metadata = parse(&text, manifest_dir, &manifest_dir.join("Cargo.toml"))?;
-        Ok(metadata.models.remove(0))
+        let manifest_path = manifest_dir.join("Cargo.toml");
+        parse(&text, manifest_dir, &manifest_path)?.into_only_model(&manifest_path)
     }
 
     /// The manifest key path of one of this model's keys.
@@ -229,8 +272,8 @@ impl Model {
         if let Some(entry) = entry {
             text.push_str(&format!("entry = {entry:?}\n"));
         }
-        let mut metadata = parse(&text, dir, &dir.join("(declared in code)"))?;
-        Ok(metadata.models.remove(0))
+        let manifest_path = dir.join("(declared in code)");
+        parse(&text, dir, &manifest_path)?.into_only_model(&manifest_path)
     }
 
     /// The weights file, when the manifest names one (a path or a fetched file).
@@ -508,7 +551,7 @@ pub fn parse_with(
         ROOT_KEY,
         &keys,
     )?;
-    let mut models = Vec::new();
+    let (mut models, mut generated) = (Vec::new(), Vec::new());
     for (name, value) in raw.models {
         let model_key = format!("{ROOT_KEY}.models.{name}");
         if !is_identifier(&name) {
@@ -522,6 +565,16 @@ pub fn parse_with(
             ));
         }
         let raw: RawModel = keys.deserialize(value, &model_key)?;
+        if let (Some(source), None) = (&raw.source, out_dir) {
+            if source.starts_with("$OUT_DIR/") {
+                generated.push(Generated {
+                    name,
+                    source: source.clone(),
+                    tunes: raw.tune.is_some(),
+                });
+                continue;
+            }
+        }
         models.push(validate_model(
             name,
             raw,
@@ -538,7 +591,11 @@ pub fn parse_with(
             PythonSetting::Command(python)
         }
     });
-    Ok(Metadata { models, python })
+    Ok(Metadata {
+        models,
+        generated,
+        python,
+    })
 }
 
 fn merge_options(
@@ -641,20 +698,10 @@ fn validate_model(
         )
     })?;
     // `$OUT_DIR/...`: a model the build script generates before compiling the models.
-    let source_path = match source.strip_prefix("$OUT_DIR/") {
-        Some(rest) => match keys.out_dir {
-            Some(out_dir) => out_dir.join(rest),
-            None => {
-                return Err(keys.error(
-                    key("source"),
-                    format!(
-                        "`{source}` names a file a build script generates, so only a build script \
-                         (cargo build) knows where it is; outside one, give the path by hand"
-                    ),
-                ))
-            }
-        },
-        None => manifest_dir.join(&source),
+    // (Outside a build script, such models were set aside as `Generated` before.)
+    let source_path = match (source.strip_prefix("$OUT_DIR/"), keys.out_dir) {
+        (Some(rest), Some(out_dir)) => out_dir.join(rest),
+        _ => manifest_dir.join(&source),
     };
     if !source_path.is_file() {
         return Err(keys.error(

@@ -76,8 +76,9 @@ pub fn prepare_reporting(config: &Config, report: Report<'_>) -> Result<Vec<Prep
     let package = Package::open(config)?;
     let resolver = &package.resolver;
     let mut prepared = Vec::new();
-    let steps = package.metadata.models.len() + 1;
-    for (index, model) in package.metadata.models.iter().enumerate() {
+    let models = package.all_models()?;
+    let steps = models.len() + 1;
+    for (index, model) in models.iter().enumerate() {
         report(
             index + 1,
             steps,
@@ -117,8 +118,7 @@ pub fn check_prepared(config: &Config) -> Result<Vec<(String, Prepared)>> {
     let package = Package::open(config)?;
     let resolver = &package.resolver;
     package
-        .metadata
-        .models
+        .all_models()?
         .iter()
         .map(|model| {
             let inputs = resolver.key_inputs(model)?;
@@ -150,7 +150,7 @@ pub fn status(config: &Config) -> Result<(Option<Toolchain>, Vec<ModelStatus>)> 
         resolver.toolchain().ok().cloned()
     };
     let mut statuses = Vec::new();
-    for model in &package.metadata.models {
+    for model in package.all_models()? {
         let inputs = resolver.key_inputs(model)?;
         let cache_key = toolchain
             .as_ref()
@@ -194,12 +194,17 @@ pub fn tune_reporting(
     let resolver = &package.resolver;
     let models = match only {
         Some(name) => vec![package.model(name)?],
-        None => package
-            .metadata
-            .models
-            .iter()
-            .filter(|model| model.tune.is_some())
-            .collect(),
+        None => {
+            if let Some(generated) = package.generated(|generated| generated.tunes) {
+                return Err(generated.error(resolver.manifest_path()));
+            }
+            package
+                .metadata
+                .models
+                .iter()
+                .filter(|model| model.tune.is_some())
+                .collect()
+        }
     };
     if models.is_empty() {
         return Err(Error::ManifestKey {

@@ -444,3 +444,57 @@ fn mutated_manifests_never_panic() {
         let _ = tensor_spec::parse(&spec);
     }
 }
+
+#[test]
+fn a_generated_source_read_outside_a_build_script_is_set_aside_with_its_error() {
+    let package = Package::new();
+    let text = format!(
+        "{LINEAR}[package.metadata.relax.models.big]\nsource = \"$OUT_DIR/big.onnx\"\ntune = {{ trials = 8 }}\n"
+    );
+    let metadata = package.parse(&text).unwrap();
+    assert_eq!(metadata.models.len(), 1, "the other model stays usable");
+    assert_eq!(metadata.models[0].name, "linear");
+    assert_eq!(
+        metadata.generated,
+        vec![Generated {
+            name: "big".to_string(),
+            source: "$OUT_DIR/big.onnx".to_string(),
+            tunes: true,
+        }]
+    );
+    let message = metadata.generated[0]
+        .error(&package.dir.path().join("Cargo.toml"))
+        .to_string();
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.big.source`: `$OUT_DIR/big.onnx` names a file the package's build script generates",
+    );
+
+    // With the build script's OUT_DIR, it is an ordinary model.
+    std::fs::write(package.dir.path().join("big.onnx"), b"x").unwrap();
+    let metadata = parse_with(
+        &text,
+        package.dir.path(),
+        &package.dir.path().join("Cargo.toml"),
+        Some(package.dir.path()),
+    )
+    .unwrap();
+    assert_eq!(metadata.models.len(), 2);
+    assert!(metadata.generated.is_empty());
+    assert_eq!(
+        metadata.models[1].source,
+        package.dir.path().join("big.onnx")
+    );
+}
+
+#[test]
+fn one_generated_model_declared_alone_is_an_error_not_a_panic() {
+    let package = Package::new();
+    let message = Model::from_entry("big", package.dir.path(), "source = \"$OUT_DIR/big.onnx\"")
+        .unwrap_err()
+        .to_string();
+    assert_contains(
+        &message,
+        "`cargo relax` cannot compile, prepare or tune this model",
+    );
+}
