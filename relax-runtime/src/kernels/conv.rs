@@ -12,8 +12,14 @@ use super::tensor::Arguments;
 /// Below this many multiply-adds a convolution runs on the calling thread alone.
 const INLINE_WORK: usize = 32 * 1024;
 
-/// Tasks split the output pixels when each gets at least this many, else the filters.
-const MIN_TASK_PIXELS: usize = 16;
+/// Tasks split the output pixels when each gets at least this many, else the filters
+/// (splits in whole [`PIXEL_TILE`]s stay balanced only over several tiles).
+const MIN_TASK_PIXELS: usize = 4 * PIXEL_TILE;
+
+/// Output pixels are split in multiples of this: the gemm crate's AVX-512 microkernel
+/// covers 64 pixels (4 vectors of 16) at a time, and a narrower remainder runs a less
+/// efficient one.
+const PIXEL_TILE: usize = 64;
 
 /// The bytes of unfolded patches one task multiplies at a time: blocks small enough to
 /// stay in L2 between im2col and the multiplication.
@@ -24,7 +30,7 @@ const UNFOLDED_BLOCK_BYTES: usize = 256 * 1024;
 /// block costs more than the cache saves), a multiple of 16.
 fn pixel_block(depth: usize) -> usize {
     let fitting = UNFOLDED_BLOCK_BYTES / (depth.max(1) * std::mem::size_of::<f32>());
-    fitting.max(64).next_multiple_of(16)
+    fitting.max(PIXEL_TILE).next_multiple_of(PIXEL_TILE)
 }
 
 /// The sizes of one convolution.
@@ -236,7 +242,7 @@ pub(crate) unsafe fn conv2d_into(
             };
             executor(filters * pixels * depth < INLINE_WORK, &|task, tasks| {
                 let (rows, columns) = if by_pixels {
-                    (0..filters, chunk(pixels, tasks, task, 4))
+                    (0..filters, chunk(pixels, tasks, task, PIXEL_TILE))
                 } else {
                     (chunk(filters, tasks, task, 8), 0..pixels)
                 };

@@ -87,6 +87,8 @@ fn convolutions_match_naive_loops() {
         shape(8, 9, 8, 3, 1, 2, 2, 2),    // dilated, two groups
         shape(4, 3, 70, 3, 1, 1, 1, 1),   // few pixels, many filters: split by filters
         shape(128, 20, 4, 3, 1, 1, 1, 1), // deep patches: several unfolded blocks per task
+        shape(64, 24, 4, 3, 1, 1, 1, 1),  // 600 pixels: split by pixels, 3 blocks per task
+        shape(8, 24, 8, 1, 1, 0, 1, 1),   // pointwise, split by pixels (320 + 280)
         shape(5, 17, 6, 3, 3, 4, 1, 1),   // stride 3 with padding wider than a stride
     ];
     for case in cases {
