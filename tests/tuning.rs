@@ -4,19 +4,24 @@
 
 use relax_cargo_tests::{assert_success, cargo_relax, IsolatedApp};
 
+/// A copy of the two-models fixture whose `double` declares `tune = { trials }`, with
+/// `extra` appended to its manifest.
+fn two_models_tuning_double(suffix: &str, trials: u32, extra: &str) -> IsolatedApp {
+    let app = IsolatedApp::new("two-models", suffix);
+    let manifest = app.manifest();
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let tuned = text.replace(
+        "entry = \"Double\"",
+        &format!("entry = \"Double\"\ntune = {{ trials = {trials} }}"),
+    );
+    std::fs::write(&manifest, tuned + extra).unwrap();
+    app
+}
+
 #[test]
 fn records_from_cargo_relax_tune_are_applied_and_keyed() {
-    let app = IsolatedApp::new("two-models", "tuning");
-    let manifest = app.dir.join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest).unwrap();
-    std::fs::write(
-        &manifest,
-        text.replace(
-            "entry = \"Double\"",
-            "entry = \"Double\"\ntune = { trials = 4 }",
-        ),
-    )
-    .unwrap();
+    let app = two_models_tuning_double("tuning", 4, "");
+    let manifest = app.manifest();
 
     let output = app.cargo(&["build"]);
     assert_success(&output, "build without records");
@@ -112,17 +117,11 @@ fn records_from_cargo_relax_tune_are_applied_and_keyed() {
 /// need every model stop, naming it.
 #[test]
 fn cargo_relax_works_on_the_other_models_of_a_package_with_a_generated_source() {
-    let app = IsolatedApp::new("two-models", "generated");
-    let manifest = app.dir.join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest).unwrap();
-    std::fs::write(
-        &manifest,
-        text.replace(
-            "entry = \"Double\"",
-            "entry = \"Double\"\ntune = { trials = 2 }",
-        ) + "\n[package.metadata.relax.models.generated]\nsource = \"$OUT_DIR/generated.onnx\"\n",
-    )
-    .unwrap();
+    let app = two_models_tuning_double(
+        "generated",
+        2,
+        "\n[package.metadata.relax.models.generated]\nsource = \"$OUT_DIR/generated.onnx\"\n",
+    );
     let generated_error =
         "`package.metadata.relax.models.generated.source`: `$OUT_DIR/generated.onnx` \
                            names a file the package's build script generates";
