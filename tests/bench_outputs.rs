@@ -1,24 +1,11 @@
 //! Every relax-bench model (default and tuned builds, kernels included) gives
 //! onnxruntime's outputs on the same inputs, within 1e-4 relative to 1 + |expected|.
 
-use relax_cargo_tests::{assert_success, cargo, stdout, workspace_root};
+use relax_cargo_tests::{run_release, stdout};
 
 #[test]
 fn every_benchmark_model_matches_onnxruntime() {
-    let output = cargo(
-        workspace_root(),
-        &[
-            "run",
-            "--quiet",
-            "--release",
-            "-p",
-            "relax-bench",
-            "--",
-            "--check",
-        ],
-        &[],
-    );
-    assert_success(&output, "relax-bench --check");
+    let output = run_release("relax-bench", &["--check"]);
     let report = stdout(&output);
     let checked: Vec<&str> = report
         .lines()

@@ -1,26 +1,14 @@
 //! The onnx-classifier example (an ONNX file compiled at build time, initializers both
 //! embedded and external) matches onnxruntime on the same digits.
 
-use relax_cargo_tests::{assert_success, assert_tensors_close, cargo, test_python, workspace_root};
+use relax_cargo_tests::{
+    assert_success, assert_tensors_close, run_release, test_python, workspace_root,
+};
 use serde_json::Value;
 
 #[test]
 fn onnx_classifier_matches_onnxruntime() {
-    let output = cargo(
-        workspace_root(),
-        &[
-            "run",
-            "--quiet",
-            "--release",
-            "-p",
-            "onnx-classifier",
-            "--",
-            "--json",
-            "48",
-        ],
-        &[],
-    );
-    assert_success(&output, "cargo run -p onnx-classifier");
+    let output = run_release("onnx-classifier", &["--json", "48"]);
     let ours: Value = serde_json::from_slice(&output.stdout).unwrap();
 
     let script = workspace_root().join("examples/onnx-classifier/reference.py");
@@ -45,12 +33,7 @@ fn onnx_classifier_matches_onnxruntime() {
 
 #[test]
 fn onnx_classifier_prints_accuracy() {
-    let output = cargo(
-        workspace_root(),
-        &["run", "--quiet", "--release", "-p", "onnx-classifier"],
-        &[],
-    );
-    assert_success(&output, "cargo run -p onnx-classifier");
+    let output = run_release("onnx-classifier", &[]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout.starts_with("accuracy: 0.9722 (350/360 held-out digits"),

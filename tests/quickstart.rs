@@ -1,23 +1,10 @@
 //! `cargo run --release -p quickstart` prints the same predictions as numpy on the same weights.
 
-use relax_cargo_tests::{assert_success, cargo, line_after, python, workspace_root};
+use relax_cargo_tests::{line_after, python, run_release, workspace_root};
 
 #[test]
 fn quickstart_matches_numpy() {
-    let output = cargo(
-        workspace_root(),
-        &[
-            "run",
-            "--quiet",
-            "--release",
-            "-p",
-            "quickstart",
-            "--",
-            "--predictions",
-        ],
-        &[],
-    );
-    assert_success(&output, "cargo run -p quickstart");
+    let output = run_release("quickstart", &["--predictions"]);
     let ours = String::from_utf8(output.stdout).unwrap();
     let reference = python(
         &workspace_root().join("examples/quickstart/reference.py"),

@@ -3,7 +3,7 @@
 //! pass of the same weights, batches equal to one sentence at a time, and truncation.
 
 use relax_cargo_tests::{
-    assert_success, built_model_dir, cargo, stderr, stdout, test_python, workspace_root,
+    assert_success, built_model_dir, run_release, stderr, stdout, test_python, workspace_root,
 };
 use serde_json::Value;
 
@@ -15,18 +15,7 @@ const SENTENCES: [&str; 3] = [
 
 /// `cargo run --release -p sentence-embeddings -- <args>`.
 fn run(args: &[&str]) -> std::process::Output {
-    let mut all = vec![
-        "run",
-        "--quiet",
-        "--release",
-        "-p",
-        "sentence-embeddings",
-        "--",
-    ];
-    all.extend_from_slice(args);
-    let output = cargo(workspace_root(), &all, &[]);
-    assert_success(&output, "cargo run -p sentence-embeddings");
-    output
+    run_release("sentence-embeddings", args)
 }
 
 /// The similarity in row `row`, column `column` (1-based) of the printed matrix.

@@ -82,6 +82,16 @@ pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// `cargo run --quiet --release -p <package> -- <args>` in the workspace, which must
+/// succeed.
+pub fn run_release(package: &str, args: &[&str]) -> Output {
+    let mut all = vec!["run", "--quiet", "--release", "-p", package, "--"];
+    all.extend_from_slice(args);
+    let output = cargo(workspace_root(), &all, &[]);
+    assert_success(&output, &format!("cargo run -p {package}"));
+    output
+}
+
 /// Panics with stdout and stderr when `output` is a failure.
 pub fn assert_success(output: &Output, what: &str) {
     assert!(

@@ -17,6 +17,29 @@ fn assert_close(actual: &[f32], expected: &[f32], what: &str) {
     }
 }
 
+/// `a[m, k] · b` in f64, `b` read as `[k, n]`, or as `[n, k]` transposed.
+fn naive_product(
+    a: &[f32],
+    b: &[f32],
+    (m, n, k): (usize, usize, usize),
+    transposed: bool,
+) -> Vec<f64> {
+    let mut product = vec![0f64; m * n];
+    for row in 0..m {
+        for column in 0..n {
+            for inner in 0..k {
+                let value = if transposed {
+                    b[column * k + inner]
+                } else {
+                    b[inner * n + column]
+                };
+                product[row * n + column] += a[row * k + inner] as f64 * value as f64;
+            }
+        }
+    }
+    product
+}
+
 #[test]
 fn dense_matches_naive_loops_for_every_layout_and_epilogue() {
     for (m, n, k) in [
@@ -37,19 +60,11 @@ fn dense_matches_naive_loops_for_every_layout_and_epilogue() {
                 let w = values(n * k, 2);
                 let bias = values(n, 3);
                 let residual = values(m * n, 4);
+                let product = naive_product(&x, &w, (m, n, k), transposed);
                 let mut expected = vec![0f32; m * n];
                 for row in 0..m {
                     for column in 0..n {
-                        let mut sum = 0f64;
-                        for inner in 0..k {
-                            let weight = if transposed {
-                                w[column * k + inner]
-                            } else {
-                                w[inner * n + column]
-                            };
-                            sum += x[row * k + inner] as f64 * weight as f64;
-                        }
-                        expected[row * n + column] = sum as f32
+                        expected[row * n + column] = product[row * n + column] as f32
                             + if has_bias { bias[column] } else { 0.0 }
                             + if has_residual {
                                 residual[row * n + column]
@@ -100,23 +115,14 @@ fn batch_matmul_matches_naive_loops_shared_and_transposed() {
             let mut b = values(if shared { k * n } else { batch * k * n }, 5);
             let alpha = 0.25;
             let step = if shared { 0 } else { k * n };
-            let mut expected = vec![0f32; batch * m * n];
-            for index in 0..batch {
-                for row in 0..m {
-                    for column in 0..n {
-                        let mut sum = 0f64;
-                        for inner in 0..k {
-                            let value = if transposed {
-                                b[index * step + column * k + inner]
-                            } else {
-                                b[index * step + inner * n + column]
-                            };
-                            sum += a[index * m * k + row * k + inner] as f64 * value as f64;
-                        }
-                        expected[index * m * n + row * n + column] = alpha * sum as f32;
-                    }
-                }
-            }
+            let expected: Vec<f32> = (0..batch)
+                .flat_map(|index| {
+                    let a = &a[index * m * k..][..m * k];
+                    let b = &b[index * step..][..k * n];
+                    naive_product(a, b, (m, n, k), transposed)
+                })
+                .map(|sum| alpha * sum as f32)
+                .collect();
             let mut out = vec![f32::NAN; batch * m * n];
             // SAFETY: every buffer has the sizes the kernel is told.
             unsafe {
