@@ -70,14 +70,14 @@ def run(request):
     from relax_driver import signature
 
     ir_module, weight_names, onnx_weights, warnings = load_model(request)
-    transposed = {}
+    layouts = {}
     if request.get("offload") and request["pipeline"] != "default":
         # Matmuls and convolutions to relax-runtime's kernels; what they run is not
         # TVM's to compile (or tune).
         from relax_driver import offload
 
-        ir_module, transposed = offload.rewrite(ir_module, None)
-    functions = signature.signature_of(ir_module, weight_names, transposed)
+        ir_module, layouts = offload.rewrite(ir_module, None)
+    functions = signature.signature_of(ir_module, weight_names, layouts)
     output_dir = request["output_dir"]
     if request["action"] == "inspect":
         files.write_atomically(

@@ -74,20 +74,42 @@ pub struct TensorType {
     pub dtype: String,
     /// The dims.
     pub shape: Vec<Dim>,
-    /// A weight the model takes transposed: the weights file holds it as `[shape[1],
-    /// shape[0]]`, and relax-runtime transposes it when it loads it.
+    /// How a weight the model takes differs from the weights file's tensor.
     #[serde(default)]
-    pub transpose: bool,
+    pub layout: WeightLayout,
+}
+
+/// How the model takes a weight, relative to the weights file (relax-runtime converts
+/// it once, when it loads the weights).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightLayout {
+    /// As stored.
+    #[default]
+    Stored,
+    /// A 2-D weight transposed: the file holds `[shape[1], shape[0]]`.
+    Transposed,
+    /// A 3x3 convolution kernel in Winograd F(2x2, 3x3) form, `[16, in, out]`: the file
+    /// holds `[out, in, 3, 3]`.
+    Winograd,
 }
 
 impl TensorType {
-    /// The dims the weights file must hold (the transposed ones for a transposed weight).
+    /// The dims the weights file must hold.
     pub fn stored_shape(&self) -> Vec<Dim> {
-        let mut shape = self.shape.clone();
-        if self.transpose {
-            shape.reverse();
+        match self.layout {
+            WeightLayout::Stored => self.shape.clone(),
+            WeightLayout::Transposed => self.shape.iter().rev().cloned().collect(),
+            WeightLayout::Winograd => match self.shape.as_slice() {
+                [_, channels, filters] => vec![
+                    filters.clone(),
+                    channels.clone(),
+                    Dim::Static(3),
+                    Dim::Static(3),
+                ],
+                other => other.to_vec(),
+            },
         }
-        shape
     }
 }
 
@@ -120,4 +142,30 @@ pub fn format_shape(shape: &[Dim]) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weight(shape: &str, layout: &str) -> TensorType {
+        serde_json::from_str(&format!(
+            r#"{{"name": "w", "dtype": "float32", "shape": {shape}, "layout": "{layout}"}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_weights_file_holds_the_stored_layout() {
+        let dims = |values: &[i64]| values.iter().map(|&v| Dim::Static(v)).collect::<Vec<_>>();
+        assert_eq!(weight("[2, 3]", "stored").stored_shape(), dims(&[2, 3]));
+        assert_eq!(weight("[3, 2]", "transposed").stored_shape(), dims(&[2, 3]));
+        assert_eq!(
+            weight("[16, 64, 128]", "winograd").stored_shape(),
+            dims(&[128, 64, 3, 3])
+        );
+        let plain: TensorType =
+            serde_json::from_str(r#"{"name": "w", "dtype": "float32", "shape": [4]}"#).unwrap();
+        assert_eq!(plain.layout, WeightLayout::Stored);
+    }
 }

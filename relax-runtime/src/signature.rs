@@ -47,9 +47,44 @@ pub struct TensorSignature {
     pub dtype: DType,
     /// The dims, outermost first.
     pub shape: Vec<Dim>,
-    /// A weight taken transposed: stored as `[shape[1], shape[0]]`, transposed at load.
+    /// How a weight is taken, relative to the weights file (converted at load).
     #[serde(default)]
-    pub transpose: bool,
+    pub layout: WeightLayout,
+}
+
+/// How a function takes a weight, relative to the weights file; relax-runtime converts
+/// the stored tensor once, when it loads the weights.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightLayout {
+    /// As stored.
+    #[default]
+    Stored,
+    /// A 2-D weight transposed: stored as `[shape[1], shape[0]]`.
+    Transposed,
+    /// A float32 3x3 convolution kernel in Winograd F(2x2, 3x3) form, `[16, in, out]`:
+    /// stored as `[out, in, 3, 3]`.
+    Winograd,
+}
+
+impl WeightLayout {
+    /// The dims stored for a weight taken as `shape`, or None when the rank does not fit
+    /// the layout.
+    pub fn stored_shape(self, shape: &[Dim]) -> Option<Vec<Dim>> {
+        match (self, shape) {
+            (WeightLayout::Stored, _) => Some(shape.to_vec()),
+            (WeightLayout::Transposed, [rows, columns]) => {
+                Some(vec![columns.clone(), rows.clone()])
+            }
+            (WeightLayout::Winograd, [Dim::Static(16), channels, filters]) => Some(vec![
+                filters.clone(),
+                channels.clone(),
+                Dim::Static(3),
+                Dim::Static(3),
+            ]),
+            _ => None,
+        }
+    }
 }
 
 /// One dimension of a compiled shape.
@@ -212,7 +247,7 @@ mod tests {
             name: name.to_string(),
             dtype: DType::F32,
             shape: vec![Dim::Symbolic("n".to_string()), Dim::Static(4)],
-            transpose: false,
+            layout: WeightLayout::Stored,
         };
         FunctionSignature {
             name: "add".to_string(),

@@ -7,7 +7,7 @@ use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::signature::{format_dims, Dim, ModelSignature};
+use crate::signature::{format_dims, Dim, ModelSignature, WeightLayout};
 use crate::tensor::Tensor;
 
 /// Reads every weight the model's functions take from safetensors bytes, checking
@@ -32,9 +32,9 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
     })?;
     let file = SafeTensors::deserialize(bytes)
         .map_err(|cause| error(format!("are not a valid safetensors file: {cause}")))?;
-    let mut tensors: HashMap<(&str, bool), Tensor> = HashMap::new();
+    let mut tensors: HashMap<(&str, WeightLayout), Tensor> = HashMap::new();
     for expected in wanted {
-        if tensors.contains_key(&(expected.name.as_str(), expected.transpose)) {
+        if tensors.contains_key(&(expected.name.as_str(), expected.layout)) {
             continue;
         }
         let view = file
@@ -47,12 +47,19 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
                 view.dtype()
             ))
         })?;
-        let mut stored = expected.shape.clone();
-        if expected.transpose {
-            stored.reverse();
-        }
+        let stored = expected
+            .layout
+            .stored_shape(&expected.shape)
+            .ok_or_else(|| {
+                error(format!(
+                    "tensor `{}`: the signature takes it {:?} as {}, which that layout cannot be",
+                    expected.name,
+                    expected.layout,
+                    format_dims(&expected.shape)
+                ))
+            })?;
         let shape_matches = view.shape().len() == stored.len()
-            && (!expected.transpose || stored.len() == 2)
+            && (expected.layout != WeightLayout::Winograd || dtype == DType::F32)
             && stored.iter().zip(view.shape()).all(
                 |(dim, &size)| !matches!(dim, Dim::Static(expected) if *expected != size as i64),
             );
@@ -65,12 +72,12 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
                 format_dims(&stored)
             )));
         }
-        let tensor = if expected.transpose {
-            transposed(dtype, view.shape(), view.data())?
-        } else {
-            Tensor::from_bytes(dtype, view.shape(), view.data())?
+        let tensor = match expected.layout {
+            WeightLayout::Stored => Tensor::from_bytes(dtype, view.shape(), view.data())?,
+            WeightLayout::Transposed => transposed(dtype, view.shape(), view.data())?,
+            WeightLayout::Winograd => winograd(view.shape(), view.data())?,
         };
-        tensors.insert((&expected.name, expected.transpose), tensor);
+        tensors.insert((&expected.name, expected.layout), tensor);
     }
     Ok(signature
         .functions
@@ -79,10 +86,22 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
             function
                 .weights
                 .iter()
-                .map(|weight| tensors[&(weight.name.as_str(), weight.transpose)].clone())
+                .map(|weight| tensors[&(weight.name.as_str(), weight.layout)].clone())
                 .collect()
         })
         .collect())
+}
+
+/// The Winograd F(2x2, 3x3) form (`[16, in, out]`) of float32 3x3 kernels stored
+/// `[out, in, 3, 3]` (little-endian bytes; the shape was checked).
+fn winograd(shape: &[usize], data: &[u8]) -> Result<Tensor> {
+    let (filters, channels) = (shape[0], shape[1]);
+    let kernels: Vec<f32> = data
+        .chunks_exact(4)
+        .map(|bytes| f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+        .collect();
+    let transformed = crate::kernels::winograd_weights(&kernels, filters, channels);
+    Tensor::from_slice(&transformed, &[16, channels, filters])
 }
 
 /// The transpose of a 2-D tensor's bytes (`rows x columns` elements of `dtype`).
@@ -143,16 +162,16 @@ mod tests {
 
     #[test]
     fn a_weight_taken_transposed_by_one_function_stays_as_stored_for_another() {
-        let function = |name: &str, shape: &str, transpose: bool| {
+        let function = |name: &str, shape: &str, layout: &str| {
             format!(
                 r#"{{"name": "{name}", "inputs": [], "outputs": [], "returns_tuple": false,
-                "weights": [{{"name": "w", "dtype": "float32", "shape": {shape}, "transpose": {transpose}}}]}}"#
+                "weights": [{{"name": "w", "dtype": "float32", "shape": {shape}, "layout": "{layout}"}}]}}"#
             )
         };
         let json = format!(
             r#"{{"model": "m", "tvm_version": "0.27.0.post1", "target": "{{}}", "functions": [{}, {}]}}"#,
-            function("plain", "[2, 3]", false),
-            function("transposing", "[3, 2]", true)
+            function("plain", "[2, 3]", "stored"),
+            function("transposing", "[3, 2]", "transposed")
         );
         let signature = ModelSignature::from_json("m", &json).unwrap();
         let weights = load(&signature, Some(&file())).unwrap();
@@ -166,5 +185,55 @@ mod tests {
             weights[1][0].as_slice::<f32>().unwrap(),
             [0., 3., 1., 4., 2., 5.]
         );
+    }
+
+    /// safetensors bytes holding one float32 tensor `k` of shape [2, 1, 3, 3].
+    fn kernels_file(values: &[f32]) -> Vec<u8> {
+        let data: Vec<u8> = values
+            .iter()
+            .flat_map(|value| value.to_le_bytes())
+            .collect();
+        let view =
+            safetensors::tensor::TensorView::new(StDtype::F32, vec![2, 1, 3, 3], &data).unwrap();
+        safetensors::serialize([("k", view)], &None).unwrap()
+    }
+
+    fn kernels_signature(shape: &str) -> ModelSignature {
+        let json = format!(
+            r#"{{"model": "m", "tvm_version": "0.27.0.post1", "target": "{{}}", "functions": [
+            {{"name": "main", "inputs": [], "outputs": [], "returns_tuple": false,
+              "weights": [{{"name": "k", "dtype": "float32", "shape": {shape}, "layout": "winograd"}}]}}]}}"#
+        );
+        ModelSignature::from_json("m", &json).unwrap()
+    }
+
+    #[test]
+    fn a_winograd_weight_is_transformed_at_load() {
+        let values: Vec<f32> = (0..18).map(|value| value as f32 * 0.5 - 3.0).collect();
+        let weights = load(
+            &kernels_signature("[16, 1, 2]"),
+            Some(&kernels_file(&values)),
+        )
+        .unwrap();
+        assert_eq!(weights[0][0].shape(), [16, 1, 2]);
+        assert_eq!(
+            weights[0][0].as_slice::<f32>().unwrap(),
+            crate::kernels::winograd_weights(&values, 2, 1)
+        );
+    }
+
+    #[test]
+    fn a_winograd_weight_of_the_wrong_shape_is_an_error() {
+        let values = vec![0f32; 18];
+        for (shape, expected) in [
+            ("[16, 2, 2]", "but the model expects float32[2, 2, 3, 3]"),
+            ("[16, 2]", "which that layout cannot be"),
+            ("[9, 1, 2]", "which that layout cannot be"),
+        ] {
+            let error = load(&kernels_signature(shape), Some(&kernels_file(&values)))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(expected), "{shape}: {error}");
+        }
     }
 }

@@ -31,14 +31,14 @@ def outputs_to_json(ty, function_name):
     return [tensor_type_to_json(ty, f"the output of `{function_name}`")], False
 
 
-def signature_of(ir_module, weight_names, transposed=None):
+def signature_of(ir_module, weight_names, layouts=None):
     """Public Relax functions of the module, with arguments split into inputs and weights.
 
-    `transposed` maps a function's name to the indices of the weight parameters it takes
-    transposed (see offload.py): their signature shape is the transposed one and they
-    are marked `"transpose": true`.
+    `layouts` maps a function's name to {parameter index: layout} for the weights it
+    takes otherwise than stored (see offload.py: "transposed", "winograd"): their
+    signature shape is the one the function takes, and they are marked `"layout"`.
     """
-    transposed = transposed or {}
+    layouts = layouts or {}
     from tvm import relax
 
     functions = []
@@ -52,12 +52,12 @@ def signature_of(ir_module, weight_names, transposed=None):
         params = list(function.params)
         num_input = int(attrs["num_input"]) if "num_input" in attrs else len(params)
         arguments = []
-        flipped = set(transposed.get(global_var.name_hint, ()))
+        taken_otherwise = layouts.get(global_var.name_hint, {})
         for index, param in enumerate(params):
             entry = tensor_type_to_json(param.ty, f"argument `{param.name}` of `{name}`")
             entry["name"] = str(param.name)
-            if index in flipped:
-                entry["transpose"] = True
+            if index in taken_otherwise:
+                entry["layout"] = taken_otherwise[index]
             arguments.append(entry)
         weights = arguments[num_input:]
         if weight_names is not None:

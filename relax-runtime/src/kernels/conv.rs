@@ -8,6 +8,7 @@ use super::epilogue::{add, scale_shift, Epilogue};
 use super::gemm::{gemm_block, Rhs, Shared};
 use super::parallel::{chunk, parallel_for, Executor};
 use super::tensor::Arguments;
+use super::winograd::{winograd_into, Plan};
 
 /// Below this many multiply-adds a convolution runs on the calling thread alone.
 const INLINE_WORK: usize = 32 * 1024;
@@ -223,21 +224,19 @@ pub(crate) unsafe fn conv2d_into(
                             columns.len(),
                         )
                     };
-                    if let Some(per_filter) = per_filter {
-                        let index = group * filters + filter;
-                        let shift = per_filter.shift[index];
-                        let scale = per_filter.scale.map_or(1.0, |scale| scale[index]);
-                        scale_shift(values, scale, shift);
-                    }
-                    if let Some(residual) = residual {
-                        let offset = first_output + filter * pixels + columns.start;
-                        // SAFETY: the residual's block matching this output block; no
-                        // task writes the residual.
-                        add(values, unsafe {
-                            std::slice::from_raw_parts(residual.at(offset), columns.len())
-                        });
-                    }
-                    epilogue.apply(values);
+                    let offset = first_output + filter * pixels + columns.start;
+                    // SAFETY: the residual's block matching this output block; no task
+                    // writes the residual.
+                    let residual = residual.map(|residual| unsafe {
+                        std::slice::from_raw_parts(residual.at(offset), columns.len())
+                    });
+                    finish_run(
+                        per_filter,
+                        group * filters + filter,
+                        residual,
+                        epilogue,
+                        values,
+                    );
                 }
             };
             executor(filters * pixels * depth < INLINE_WORK, &|task, tasks| {
@@ -310,6 +309,70 @@ pub(crate) unsafe fn conv2d_into(
     Ok(())
 }
 
+/// `out = epilogue(conv3x3(x, w) * scale + shift + residual)` by Winograd F(2x2, 3x3),
+/// with `u` the kernel's transform (`[16, channels, filters]`).
+///
+/// # Safety
+/// As [`conv2d_into`], for a 3x3 kernel with stride 1, no dilation and one group.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn winograd_conv(
+    shape: &Conv2d,
+    x: *const f32,
+    u: *const f32,
+    per_filter: Option<PerFilter<'_>>,
+    residual: Option<*const f32>,
+    epilogue: Epilogue,
+    out: Shared,
+    executor: Executor,
+) -> Result<(), String> {
+    let (output_height, output_width) = shape
+        .output()
+        .ok_or("the kernel does not fit the padded input")?;
+    let plan = Plan {
+        batch: shape.batch,
+        channels: shape.channels,
+        height: shape.height,
+        width: shape.width,
+        filters: shape.filters,
+        pad_top: shape.padding.0,
+        pad_left: shape.padding.1,
+        output_height,
+        output_width,
+    };
+    let residual = residual.map(|residual| Shared(residual.cast_mut()));
+    let output_plane = output_height * output_width;
+    let finish = |image: usize, filter: usize, pixel: usize, values: &mut [f32]| {
+        let offset = (image * shape.filters + filter) * output_plane + pixel;
+        // SAFETY: the residual's run at this output run's position; no task writes it.
+        let residual = residual.map(|residual| unsafe {
+            std::slice::from_raw_parts(residual.at(offset), values.len())
+        });
+        finish_run(per_filter, filter, residual, epilogue, values);
+    };
+    // SAFETY: the caller's contract.
+    unsafe { winograd_into(&plan, x, u, out, &finish, executor) }
+}
+
+/// The per-filter step, the residual and the activation on one run of filter `filter`'s
+/// output, in place.
+fn finish_run(
+    per_filter: Option<PerFilter<'_>>,
+    filter: usize,
+    residual: Option<&[f32]>,
+    epilogue: Epilogue,
+    values: &mut [f32],
+) {
+    if let Some(per_filter) = per_filter {
+        let shift = per_filter.shift[filter];
+        let scale = per_filter.scale.map_or(1.0, |scale| scale[filter]);
+        scale_shift(values, scale, shift);
+    }
+    if let Some(residual) = residual {
+        add(values, residual);
+    }
+    epilogue.apply(values);
+}
+
 /// What follows the convolution in a kernel's arguments.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum After {
@@ -329,7 +392,15 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     args.expect_count(first + 11 + usize::from(has_residual))?;
     let name = args.name;
     let x = args.tensor(0, Some(4))?;
-    let w = args.tensor(1, Some(4))?;
+    let w = args.tensor(1, None)?;
+    // `[16, in, out]`: a 3x3 kernel in Winograd form (see `winograd`); else OIHW.
+    let winograd = w.shape.len() == 3;
+    if !winograd && w.shape.len() != 4 {
+        return Err(format!(
+            "{name}: w has rank {}, not 4 (or 3, Winograd)",
+            w.shape.len()
+        ));
+    }
     let vectors = (0..tensors)
         .map(|index| args.tensor(2 + index, Some(1)))
         .collect::<Result<Vec<_>, _>>()?;
@@ -353,8 +424,12 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         channels: dim(&x, 1),
         height: dim(&x, 2),
         width: dim(&x, 3),
-        filters: dim(&w, 0),
-        kernel: (dim(&w, 2), dim(&w, 3)),
+        filters: dim(&w, if winograd { 2 } else { 0 }),
+        kernel: if winograd {
+            (3, 3)
+        } else {
+            (dim(&w, 2), dim(&w, 3))
+        },
         stride: (stride_h, stride_w),
         padding: (top, left, bottom, right),
         dilation: (dilation_h, dilation_w),
@@ -364,6 +439,8 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         && shape.channels.is_multiple_of(groups)
         && shape.filters.is_multiple_of(groups)
         && dim(&w, 1) * groups == shape.channels
+        && (!winograd
+            || (w.shape[0] == 16 && (shape.stride, shape.dilation, groups) == ((1, 1), (1, 1), 1)))
         && vectors.iter().all(|vector| vector.len() == shape.filters)
         && residual.is_none_or(|residual| residual.shape == out.shape)
         && shape.output().is_some_and(|(height, width)| {
@@ -419,6 +496,21 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         residual.check_disjoint(&out)?;
     }
     let residual = residual.map(|residual| residual.data.cast_const());
+    if winograd {
+        // SAFETY: every shape was checked against the others above.
+        return unsafe {
+            winograd_conv(
+                &shape,
+                x.data,
+                w.data,
+                per_filter,
+                residual,
+                epilogue,
+                Shared(out.data),
+                parallel_for,
+            )
+        };
+    }
     // SAFETY: every shape was checked against the others above.
     unsafe {
         conv2d_into(

@@ -149,6 +149,34 @@ fn convolutions_match_naive_loops() {
                     "{case:?} {epilogue:?}[{index}]: {a} vs {e}"
                 );
             }
+            let winograd_fits = case.kernel == (3, 3)
+                && (case.stride, case.dilation, case.groups) == ((1, 1), (1, 1), 1);
+            if !winograd_fits {
+                continue;
+            }
+            // The same convolution with the kernel in Winograd form.
+            let u = crate::kernels::winograd_weights(&w, case.filters, case.channels);
+            let mut out = vec![f32::NAN; case.batch * case.filters * oh * ow];
+            // SAFETY: the buffers have the sizes `case` describes.
+            unsafe {
+                winograd_conv(
+                    &case,
+                    x.as_ptr(),
+                    u.as_ptr(),
+                    per_filter,
+                    residual,
+                    epilogue,
+                    Shared(out.as_mut_ptr()),
+                    three_threads,
+                )
+                .unwrap()
+            };
+            for (index, (a, e)) in out.iter().zip(&expected).enumerate() {
+                assert!(
+                    (a - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                    "Winograd {case:?} {epilogue:?}[{index}]: {a} vs {e}"
+                );
+            }
         }
     }
 }
