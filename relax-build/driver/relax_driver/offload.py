@@ -420,56 +420,73 @@ def rewrite_function(function):
     return without_unused_bindings(relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs))
 
 
-def transpose_weights(function):
-    """Takes the weights used only as transposed dense operands as `[in, out]` parameters.
+def take_weights_otherwise(function, weight_rank, fits, new_dims, adjust=None):
+    """Replaces the weight parameters of rank `weight_rank` whose every use is as the
+    weight operand (argument 1) of a kernel call for which `fits(name, args, out_type)`
+    holds, by parameters of dims `new_dims(old dims)`; `adjust(name, args)` then updates
+    those calls' other arguments in place.
 
-    Returns the function and the indices of the parameters it changed.
+    Returns the function and the indices of the parameters it replaced.
     """
     attrs = function.attrs if function.attrs is not None else {}
     num_input = int(attrs["num_input"]) if "num_input" in attrs else len(function.params)
-    candidates = {param: index for index, param in enumerate(function.params) if index >= num_input and rank(param) == 2}
-    transposed_uses = {}
+    candidates = {param: index for index, param in enumerate(function.params) if index >= num_input and rank(param) == weight_rank}
+    fitting = set()
     disqualified = set()
     for block in function.body.blocks:
         for binding in block.bindings:
             value = binding.value
             name = packed_name(value)
-            args = list(value.args[1].fields) if name else []
-            dense = name is not None and name.removesuffix(RESIDUAL) in DENSE
-            for position, arg in enumerate(args if name else []):
-                if arg in candidates:
-                    if dense and position == 1 and int(args[epilogue_index(name) - 1].value) == 1:
-                        transposed_uses[arg] = transposed_uses.get(arg, 0) + 1
-                    else:
-                        disqualified.add(arg)
             if not name:
                 disqualified.update(v for v in relax.analysis.free_vars(value) if v in candidates)
+                continue
+            args = list(value.args[1].fields)
+            for position, arg in enumerate(args):
+                if arg in candidates:
+                    if position == 1 and fits(name, args, binding.var.ty):
+                        fitting.add(arg)
+                    else:
+                        disqualified.add(arg)
     disqualified.update(v for v in relax.analysis.free_vars(function.body.body) if v in candidates)
-    chosen = {param for param in transposed_uses if param not in disqualified}
+    chosen = fitting - disqualified
     if not chosen:
         return function, []
-    replacement = {}
-    for param in chosen:
-        n, k = dims(param)
-        replacement[param] = relax.Var(param.name, relax.TensorType([k, n], tensor_type(param).dtype))
+    replacement = {
+        param: relax.Var(param.name, relax.TensorType(new_dims(dims(param)), tensor_type(param).dtype)) for param in chosen
+    }
     blocks = []
     for block in function.body.blocks:
         bindings = []
         for binding in block.bindings:
             value = binding.value
             name = packed_name(value)
-            if name is not None and name.removesuffix(RESIDUAL) in DENSE:
+            if name is not None and len(value.args[1].fields) > 1 and value.args[1].fields[1] in replacement:
                 args = list(value.args[1].fields)
-                if args[1] in replacement:
-                    args[1] = replacement[args[1]]
-                    args[epilogue_index(name) - 1] = int_value(0)
-                    value = packed(name, args, binding.var.ty)
+                args[1] = replacement[args[1]]
+                if adjust is not None:
+                    adjust(name, args)
+                value = packed(name, args, binding.var.ty)
             bindings.append(relax.VarBinding(binding.var, value))
         blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(bindings))
     params = [replacement.get(param, param) for param in function.params]
     body = relax.SeqExpr(blocks, function.body.body)
     indices = sorted(candidates[param] for param in chosen)
     return relax.Function(params, body, function.ret_ty, function.is_pure, function.attrs), indices
+
+
+def transpose_weights(function):
+    """Takes the weights used only as transposed dense operands as `[in, out]` parameters.
+
+    Returns the function and the indices of the parameters it changed.
+    """
+
+    def transposed_dense(name, args, _out_type):
+        return name.removesuffix(RESIDUAL) in DENSE and int(args[epilogue_index(name) - 1].value) == 1
+
+    def now_as_stored(name, args):
+        args[epilogue_index(name) - 1] = int_value(0)
+
+    return take_weights_otherwise(function, 2, transposed_dense, lambda d: [d[1], d[0]], now_as_stored)
 
 
 # Winograd beats im2col from this many 2x2 output tiles per image and this many channels
@@ -513,49 +530,7 @@ def winograd_weights(function):
 
     Returns the function and the indices of the parameters it changed.
     """
-    attrs = function.attrs if function.attrs is not None else {}
-    num_input = int(attrs["num_input"]) if "num_input" in attrs else len(function.params)
-    candidates = {param: index for index, param in enumerate(function.params) if index >= num_input and rank(param) == 4}
-    fitting = set()
-    disqualified = set()
-    for block in function.body.blocks:
-        for binding in block.bindings:
-            value = binding.value
-            name = packed_name(value)
-            args = list(value.args[1].fields) if name else []
-            for position, arg in enumerate(args):
-                if arg in candidates:
-                    if position == 1 and winograd_fits(name, args, binding.var.ty):
-                        fitting.add(arg)
-                    else:
-                        disqualified.add(arg)
-            if not name:
-                disqualified.update(v for v in relax.analysis.free_vars(value) if v in candidates)
-    disqualified.update(v for v in relax.analysis.free_vars(function.body.body) if v in candidates)
-    chosen = fitting - disqualified
-    if not chosen:
-        return function, []
-    replacement = {}
-    for param in chosen:
-        filters, channels, _, _ = dims(param)
-        replacement[param] = relax.Var(param.name, relax.TensorType([16, channels, filters], tensor_type(param).dtype))
-    blocks = []
-    for block in function.body.blocks:
-        bindings = []
-        for binding in block.bindings:
-            value = binding.value
-            name = packed_name(value)
-            if name is not None and name.removesuffix(RESIDUAL) in CONV:
-                args = list(value.args[1].fields)
-                if args[1] in replacement:
-                    args[1] = replacement[args[1]]
-                    value = packed(name, args, binding.var.ty)
-            bindings.append(relax.VarBinding(binding.var, value))
-        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(bindings))
-    params = [replacement.get(param, param) for param in function.params]
-    body = relax.SeqExpr(blocks, function.body.body)
-    indices = sorted(candidates[param] for param in chosen)
-    return relax.Function(params, body, function.ret_ty, function.is_pure, function.attrs), indices
+    return take_weights_otherwise(function, 4, winograd_fits, lambda d: [16, d[1], d[0]])
 
 
 def rewrite(ir_module, target):

@@ -52,6 +52,15 @@ fn naive(shape: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f32>
     out
 }
 
+fn assert_close(actual: &[f32], expected: &[f32], what: &str) {
+    for (index, (a, e)) in actual.iter().zip(expected).enumerate() {
+        assert!(
+            (a - e).abs() <= 1e-4 * (1.0 + e.abs()),
+            "{what}[{index}]: {a} vs {e}"
+        );
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn shape(
     channels: usize,
@@ -143,12 +152,7 @@ fn convolutions_match_naive_loops() {
                 )
                 .unwrap()
             };
-            for (index, (a, e)) in out.iter().zip(&expected).enumerate() {
-                assert!(
-                    (a - e).abs() <= 1e-4 * (1.0 + e.abs()),
-                    "{case:?} {epilogue:?}[{index}]: {a} vs {e}"
-                );
-            }
+            assert_close(&out, &expected, &format!("{case:?} {epilogue:?}"));
             let winograd_fits = case.kernel == (3, 3)
                 && (case.stride, case.dilation, case.groups) == ((1, 1), (1, 1), 1);
             if !winograd_fits {
@@ -171,12 +175,7 @@ fn convolutions_match_naive_loops() {
                 )
                 .unwrap()
             };
-            for (index, (a, e)) in out.iter().zip(&expected).enumerate() {
-                assert!(
-                    (a - e).abs() <= 1e-4 * (1.0 + e.abs()),
-                    "Winograd {case:?} {epilogue:?}[{index}]: {a} vs {e}"
-                );
-            }
+            assert_close(&out, &expected, &format!("Winograd {case:?} {epilogue:?}"));
         }
     }
 }

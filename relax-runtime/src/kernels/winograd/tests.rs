@@ -61,6 +61,31 @@ fn plan(
     }
 }
 
+/// The plan's convolution of `x` with transformed kernels `u`, on three threads (the
+/// output starts as NaN, so a pixel left unwritten shows).
+fn run(plan: &Plan, x: &[f32], u: &[f32], finish: Finish<'_>) -> Vec<f32> {
+    let mut out =
+        vec![f32::NAN; plan.batch * plan.filters * plan.output_height * plan.output_width];
+    assert_eq!(
+        x.len(),
+        plan.batch * plan.channels * plan.height * plan.width
+    );
+    assert_eq!(u.len(), TILE_VALUES * plan.channels * plan.filters);
+    // SAFETY: the buffers have the plan's sizes (checked above).
+    unsafe {
+        winograd_into(
+            plan,
+            x.as_ptr(),
+            u.as_ptr(),
+            Shared(out.as_mut_ptr()),
+            finish,
+            three_threads,
+        )
+    }
+    .unwrap();
+    out
+}
+
 #[test]
 fn winograd_matches_a_naive_convolution() {
     let cases = [
@@ -83,20 +108,7 @@ fn winograd_matches_a_naive_convolution() {
         let w = test_values(plan.filters * plan.channels * 9, 2, 1.0);
         let u = transform_weights(&w, plan.filters, plan.channels);
         let expected = naive(&plan, &x, &w);
-        let mut out = vec![f32::NAN; expected.len()];
-        let finish = |_: usize, _: usize, _: usize, _: &mut [f32]| {};
-        // SAFETY: the buffers have the plan's sizes.
-        unsafe {
-            winograd_into(
-                &plan,
-                x.as_ptr(),
-                u.as_ptr(),
-                Shared(out.as_mut_ptr()),
-                &finish,
-                three_threads,
-            )
-        }
-        .unwrap();
+        let out = run(&plan, &x, &u, &|_, _, _, _| {});
         for (index, (actual, expected)) in out.iter().zip(&expected).enumerate() {
             let bound = 1e-5 * (1.0 + (plan.channels * 9) as f32).sqrt() * 4.0;
             assert!(
@@ -123,19 +135,7 @@ fn finish_sees_every_output_pixel_once_in_row_runs() {
         values.iter_mut().for_each(|value| *value = 1.0);
         seen.lock().unwrap().push((image, filter, pixel));
     };
-    let mut out = vec![0f32; plan.batch * plan.filters * plan.output_height * plan.output_width];
-    // SAFETY: the buffers have the plan's sizes.
-    unsafe {
-        winograd_into(
-            &plan,
-            x.as_ptr(),
-            u.as_ptr(),
-            Shared(out.as_mut_ptr()),
-            &finish,
-            three_threads,
-        )
-    }
-    .unwrap();
+    let out = run(&plan, &x, &u, &finish);
     let mut seen = seen.into_inner().unwrap();
     seen.sort();
     let expected: Vec<_> = (0..2)
