@@ -77,6 +77,9 @@ pub struct TensorType {
     /// How a weight the model takes differs from the weights file's tensor.
     #[serde(default)]
     pub layout: WeightLayout,
+    /// A weight packed in panels: the matrix's N (the panels pad it to a multiple of 64).
+    #[serde(default)]
+    pub columns: Option<i64>,
 }
 
 /// How the model takes a weight, relative to the weights file (relax-runtime converts
@@ -87,8 +90,11 @@ pub enum WeightLayout {
     /// As stored.
     #[default]
     Stored,
-    /// A 2-D weight transposed: the file holds `[shape[1], shape[0]]`.
-    Transposed,
+    /// A `[K, N]` matrix packed for the dense kernel, `[ceil(N / 64), K, 64]`: the file
+    /// holds `[K, columns]`.
+    Panels,
+    /// The same from a matrix the file holds as `[columns, K]`.
+    TransposedPanels,
     /// A 3x3 convolution kernel in Winograd F(2x2, 3x3) form, `[16, in, out]`: the file
     /// holds `[out, in, 3, 3]`.
     Winograd,
@@ -99,7 +105,15 @@ impl TensorType {
     pub fn stored_shape(&self) -> Vec<Dim> {
         match self.layout {
             WeightLayout::Stored => self.shape.clone(),
-            WeightLayout::Transposed => self.shape.iter().rev().cloned().collect(),
+            WeightLayout::Panels | WeightLayout::TransposedPanels => {
+                match (self.shape.as_slice(), self.columns) {
+                    ([_, depth, _], Some(columns)) if self.layout == WeightLayout::Panels => {
+                        vec![depth.clone(), Dim::Static(columns)]
+                    }
+                    ([_, depth, _], Some(columns)) => vec![Dim::Static(columns), depth.clone()],
+                    _ => self.shape.clone(),
+                }
+            }
             WeightLayout::Winograd => match self.shape.as_slice() {
                 [_, channels, filters] => vec![
                     filters.clone(),
@@ -159,7 +173,17 @@ mod tests {
     fn the_weights_file_holds_the_stored_layout() {
         let dims = |values: &[i64]| values.iter().map(|&v| Dim::Static(v)).collect::<Vec<_>>();
         assert_eq!(weight("[2, 3]", "stored").stored_shape(), dims(&[2, 3]));
-        assert_eq!(weight("[3, 2]", "transposed").stored_shape(), dims(&[2, 3]));
+        let packed = |layout: &str| -> TensorType {
+            serde_json::from_str(&format!(
+                r#"{{"name": "w", "dtype": "float32", "shape": [2, 384, 64], "layout": "{layout}", "columns": 100}}"#
+            ))
+            .unwrap()
+        };
+        assert_eq!(packed("panels").stored_shape(), dims(&[384, 100]));
+        assert_eq!(
+            packed("transposed_panels").stored_shape(),
+            dims(&[100, 384])
+        );
         assert_eq!(
             weight("[16, 64, 128]", "winograd").stored_shape(),
             dims(&[128, 64, 3, 3])

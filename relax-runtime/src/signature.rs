@@ -50,6 +50,9 @@ pub struct TensorSignature {
     /// How a weight is taken, relative to the weights file (converted at load).
     #[serde(default)]
     pub layout: WeightLayout,
+    /// A weight packed in panels: the matrix's N (the panels pad it to a multiple of 64).
+    #[serde(default)]
+    pub columns: Option<i64>,
 }
 
 /// How a function takes a weight, relative to the weights file; relax-runtime converts
@@ -60,23 +63,34 @@ pub enum WeightLayout {
     /// As stored.
     #[default]
     Stored,
-    /// A 2-D weight transposed: stored as `[shape[1], shape[0]]`.
-    Transposed,
+    /// A float32 `[K, N]` matrix packed for the dense kernel: `[ceil(N / 64), K, 64]`.
+    Panels,
+    /// The same from a matrix stored `[N, K]` (as `nn.Linear` stores its weight).
+    TransposedPanels,
     /// A float32 3x3 convolution kernel in Winograd F(2x2, 3x3) form, `[16, in, out]`:
     /// stored as `[out, in, 3, 3]`.
     Winograd,
 }
 
 impl WeightLayout {
-    /// The dims stored for a weight taken as `shape`, or None when the rank does not fit
-    /// the layout.
-    pub fn stored_shape(self, shape: &[Dim]) -> Option<Vec<Dim>> {
-        match (self, shape) {
-            (WeightLayout::Stored, _) => Some(shape.to_vec()),
-            (WeightLayout::Transposed, [rows, columns]) => {
-                Some(vec![columns.clone(), rows.clone()])
+    /// The dims stored for a weight taken as `shape` (`columns`: N of a packed one), or
+    /// None when the dims do not fit the layout.
+    pub fn stored_shape(self, shape: &[Dim], columns: Option<i64>) -> Option<Vec<Dim>> {
+        let panels_of = |columns: i64| {
+            matches!(shape, [Dim::Static(panels), Dim::Static(_), Dim::Static(64)]
+                if columns > 0 && *panels == columns / 64 + i64::from(columns % 64 != 0))
+        };
+        match (self, shape, columns) {
+            (WeightLayout::Stored, _, _) => Some(shape.to_vec()),
+            (WeightLayout::Panels, [_, depth, _], Some(columns)) if panels_of(columns) => {
+                Some(vec![depth.clone(), Dim::Static(columns)])
             }
-            (WeightLayout::Winograd, [Dim::Static(16), channels, filters]) => Some(vec![
+            (WeightLayout::TransposedPanels, [_, depth, _], Some(columns))
+                if panels_of(columns) =>
+            {
+                Some(vec![Dim::Static(columns), depth.clone()])
+            }
+            (WeightLayout::Winograd, [Dim::Static(16), channels, filters], _) => Some(vec![
                 filters.clone(),
                 channels.clone(),
                 Dim::Static(3),
@@ -248,6 +262,7 @@ mod tests {
             dtype: DType::F32,
             shape: vec![Dim::Symbolic("n".to_string()), Dim::Static(4)],
             layout: WeightLayout::Stored,
+            columns: None,
         };
         FunctionSignature {
             name: "add".to_string(),

@@ -49,7 +49,7 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
         })?;
         let stored = expected
             .layout
-            .stored_shape(&expected.shape)
+            .stored_shape(&expected.shape, expected.columns)
             .ok_or_else(|| {
                 error(format!(
                     "tensor `{}`: the signature takes it {:?} as {}, which that layout cannot be",
@@ -59,7 +59,7 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
                 ))
             })?;
         let shape_matches = view.shape().len() == stored.len()
-            && (expected.layout != WeightLayout::Winograd || dtype == DType::F32)
+            && (expected.layout == WeightLayout::Stored || dtype == DType::F32)
             && stored.iter().zip(view.shape()).all(
                 |(dim, &size)| !matches!(dim, Dim::Static(expected) if *expected != size as i64),
             );
@@ -74,7 +74,9 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
         }
         let tensor = match expected.layout {
             WeightLayout::Stored => Tensor::from_bytes(dtype, view.shape(), view.data())?,
-            WeightLayout::Transposed => transposed(dtype, view.shape(), view.data())?,
+            WeightLayout::Panels | WeightLayout::TransposedPanels => {
+                panels(view.shape(), view.data(), expected.layout)?
+            }
             WeightLayout::Winograd => winograd(view.shape(), view.data())?,
         };
         tensors.insert((&expected.name, expected.layout), tensor);
@@ -96,36 +98,31 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
 /// `[out, in, 3, 3]` (little-endian bytes; the shape was checked).
 fn winograd(shape: &[usize], data: &[u8]) -> Result<Tensor> {
     let (filters, channels) = (shape[0], shape[1]);
-    let kernels: Vec<f32> = data
-        .chunks_exact(4)
-        .map(|bytes| f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
-        .collect();
+    let kernels = floats(data);
     let transformed = crate::kernels::winograd_weights(&kernels, filters, channels);
     Tensor::from_slice(&transformed, &[16, channels, filters])
 }
 
-/// The transpose of a 2-D tensor's bytes (`rows x columns` elements of `dtype`).
-fn transposed(dtype: DType, shape: &[usize], data: &[u8]) -> Result<Tensor> {
-    let (rows, columns) = (shape[0], shape[1]);
-    let size = dtype.size_in_bytes();
-    if data.len() != rows * columns * size {
-        return Tensor::from_bytes(dtype, shape, data);
-    }
-    let mut out = vec![0u8; data.len()];
-    // Blocks of 32 x 32 keep both sides in cache.
-    const BLOCK: usize = 32;
-    for row_block in (0..rows).step_by(BLOCK) {
-        for column_block in (0..columns).step_by(BLOCK) {
-            for row in row_block..(row_block + BLOCK).min(rows) {
-                for column in column_block..(column_block + BLOCK).min(columns) {
-                    let from = (row * columns + column) * size;
-                    let to = (column * rows + row) * size;
-                    out[to..to + size].copy_from_slice(&data[from..from + size]);
-                }
-            }
-        }
-    }
-    Tensor::from_bytes(dtype, &[columns, rows], &out)
+/// The little-endian float32 values of a weight (its dtype was checked).
+fn floats(data: &[u8]) -> Vec<f32> {
+    data.chunks_exact(4)
+        .map(|bytes| f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+        .collect()
+}
+
+/// A float32 matrix stored `[K, N]` (`Panels`) or `[N, K]` (`TransposedPanels`) packed
+/// in the dense kernel's panels, `[ceil(N / 64), K, 64]`.
+fn panels(shape: &[usize], data: &[u8], layout: WeightLayout) -> Result<Tensor> {
+    let values = floats(data);
+    let (depth, columns) = match layout {
+        WeightLayout::TransposedPanels => (shape[1], shape[0]),
+        _ => (shape[0], shape[1]),
+    };
+    let packed = crate::kernels::pack_panels(depth, columns, |k, n| match layout {
+        WeightLayout::TransposedPanels => values[n * depth + k],
+        _ => values[k * columns + n],
+    });
+    Tensor::from_slice(&packed, &[columns.div_ceil(64), depth, 64])
 }
 
 fn dtype_of(dtype: StDtype) -> Option<DType> {
@@ -161,17 +158,17 @@ mod tests {
     }
 
     #[test]
-    fn a_weight_taken_transposed_by_one_function_stays_as_stored_for_another() {
+    fn a_weight_packed_by_one_function_stays_as_stored_for_another() {
         let function = |name: &str, shape: &str, layout: &str| {
             format!(
                 r#"{{"name": "{name}", "inputs": [], "outputs": [], "returns_tuple": false,
-                "weights": [{{"name": "w", "dtype": "float32", "shape": {shape}, "layout": "{layout}"}}]}}"#
+                "weights": [{{"name": "w", "dtype": "float32", "shape": {shape}, "layout": "{layout}", "columns": 2}}]}}"#
             )
         };
         let json = format!(
             r#"{{"model": "m", "tvm_version": "0.27.0.post1", "target": "{{}}", "functions": [{}, {}]}}"#,
             function("plain", "[2, 3]", "stored"),
-            function("transposing", "[3, 2]", "transposed")
+            function("packing", "[1, 3, 64]", "transposed_panels")
         );
         let signature = ModelSignature::from_json("m", &json).unwrap();
         let weights = load(&signature, Some(&file())).unwrap();
@@ -180,11 +177,23 @@ mod tests {
             weights[0][0].as_slice::<f32>().unwrap(),
             [0., 1., 2., 3., 4., 5.]
         );
-        assert_eq!(weights[1][0].shape(), [3, 2]);
-        assert_eq!(
-            weights[1][0].as_slice::<f32>().unwrap(),
-            [0., 3., 1., 4., 2., 5.]
-        );
+        // Stored [N = 2, K = 3]: panel row k holds w[0][k], w[1][k], then zeros.
+        assert_eq!(weights[1][0].shape(), [1, 3, 64]);
+        let packed = weights[1][0].as_slice::<f32>().unwrap();
+        for (k, row) in packed.chunks_exact(64).enumerate() {
+            assert_eq!(row[..2], [k as f32, 3.0 + k as f32]);
+            assert!(row[2..].iter().all(|&value| value == 0.0));
+        }
+    }
+
+    #[test]
+    fn a_packed_weight_whose_panels_do_not_fit_its_columns_is_an_error() {
+        let json = r#"{"model": "m", "tvm_version": "0.27.0.post1", "target": "{}", "functions": [
+            {"name": "main", "inputs": [], "outputs": [], "returns_tuple": false,
+             "weights": [{"name": "w", "dtype": "float32", "shape": [2, 3, 64], "layout": "panels", "columns": 2}]}]}"#;
+        let signature = ModelSignature::from_json("m", json).unwrap();
+        let error = load(&signature, Some(&file())).unwrap_err().to_string();
+        assert!(error.contains("which that layout cannot be"), "{error}");
     }
 
     /// safetensors bytes holding one float32 tensor `k` of shape [2, 1, 3, 3].

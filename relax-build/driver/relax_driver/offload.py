@@ -16,10 +16,12 @@ An add of a tensor of the output's own shape (a residual connection) folds too, 
 kernel's `_add` variant, which takes that tensor as its last input, and so does an
 activation after it. Bindings left unused are removed afterwards.
 
-A weight (a parameter bound at load time) that is only ever multiplied transposed (as
-`nn.Linear` stores it, `[out, in]`) is taken as `[in, out]` instead: the signature marks
-it `"transpose": true` and relax-runtime transposes it once, when it loads the weights,
-so that the kernels read it row by row (several times faster for few rows).
+A weight (a parameter bound at load time) used only as a dense layer's weight (`[in,
+out]`, or `[out, in]` taken transposed, as `nn.Linear` stores it) is taken packed in
+column panels, `[ceil(out / 64), in, 64]`: the signature marks it `"layout": "panels"`
+(or `"transposed_panels"`) with its `"columns"`, relax-runtime packs it once, when it
+loads the weights, and the dense kernel streams the panels without packing them on
+every call.
 
 Likewise a weight used only as the kernel of 3x3 convolutions with stride 1 (no dilation,
 one group, see `winograd_fits`) is taken as `[16, in, out]`, its
@@ -474,19 +476,42 @@ def take_weights_otherwise(function, weight_rank, fits, new_dims, adjust=None):
     return relax.Function(params, body, function.ret_ty, function.is_pure, function.attrs), indices
 
 
-def transpose_weights(function):
-    """Takes the weights used only as transposed dense operands as `[in, out]` parameters.
+def static_dims(expr):
+    """The dims of `expr` as ints, or None when one is symbolic."""
+    values = [getattr(d, "value", None) for d in dims(expr) or [None]]
+    return values if all(isinstance(v, int) for v in values) else None
 
-    Returns the function and the indices of the parameters it changed.
+
+def panel_weights(function):
+    """Takes the weights used only as dense operands (`[in, out]`, or `[out, in]` taken
+    transposed as nn.Linear stores them) as `[ceil(out / 64), in, 64]` parameters: packed
+    in panels at load, read by the dense kernel without packing them on every call.
+
+    Returns the function and {parameter index: (layout, columns)}.
     """
+    chosen = {}
+    for transposed, layout in ((True, "transposed_panels"), (False, "panels")):
 
-    def transposed_dense(name, args, _out_type):
-        return name.removesuffix(RESIDUAL) in DENSE and int(args[epilogue_index(name) - 1].value) == 1
+        def dense_operand(name, args, _out_type, transposed=transposed):
+            return (
+                name.removesuffix(RESIDUAL) in DENSE
+                and static_dims(args[1]) is not None
+                and (int(args[epilogue_index(name) - 1].value) == 1) == transposed
+            )
 
-    def now_as_stored(name, args):
-        args[epilogue_index(name) - 1] = int_value(0)
+        def packed_dims(d, transposed=transposed):
+            depth, columns = (int(d[1]), int(d[0])) if transposed else (int(d[0]), int(d[1]))
+            return [(columns + 63) // 64, depth, 64]
 
-    return take_weights_otherwise(function, 2, transposed_dense, lambda d: [d[1], d[0]], now_as_stored)
+        def now_packed(name, args):
+            args[epilogue_index(name) - 1] = int_value(0)
+
+        stored = {index: dims(param) for index, param in enumerate(function.params)}
+        function, indices = take_weights_otherwise(function, 2, dense_operand, packed_dims, now_packed)
+        for index in indices:
+            columns = int(stored[index][0] if transposed else stored[index][1])
+            chosen[index] = (layout, columns)
+    return function, chosen
 
 
 # Winograd beats im2col from this many 2x2 output tiles per image and this many channels
@@ -535,18 +560,19 @@ def winograd_weights(function):
 
 def rewrite(ir_module, target):
     """The module with its matmuls and convolutions rewritten into kernel calls, and, per
-    function name, the layout of each weight parameter taken otherwise than stored
-    (index -> "transposed" or "winograd")."""
+    function name, how it takes each weight parameter it takes otherwise than stored
+    (index -> {"layout": "panels", "transposed_panels" or "winograd", "columns": N of
+    packed ones})."""
     del target  # the kernels choose their instructions at run time
     module = ir_module
     layouts = {}
     for global_var, function in list(ir_module.functions.items()):
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):
             rewritten = rewrite_function(function)
-            rewritten, transposed = transpose_weights(rewritten)
+            rewritten, packed = panel_weights(rewritten)
             rewritten, winograd = winograd_weights(rewritten)
-            chosen = {index: "transposed" for index in transposed}
-            chosen.update({index: "winograd" for index in winograd})
+            chosen = {index: {"layout": layout, "columns": columns} for index, (layout, columns) in packed.items()}
+            chosen.update({index: {"layout": "winograd"} for index in winograd})
             if chosen:
                 layouts[global_var.name_hint] = chosen
             if not rewritten.same_as(function):

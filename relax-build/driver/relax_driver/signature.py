@@ -34,9 +34,9 @@ def outputs_to_json(ty, function_name):
 def signature_of(ir_module, weight_names, layouts=None):
     """Public Relax functions of the module, with arguments split into inputs and weights.
 
-    `layouts` maps a function's name to {parameter index: layout} for the weights it
-    takes otherwise than stored (see offload.py: "transposed", "winograd"): their
-    signature shape is the one the function takes, and they are marked `"layout"`.
+    `layouts` maps a function's name to {parameter index: {"layout": ..., "columns":
+    ...}} for the weights it takes otherwise than stored (see offload.py): their
+    signature shape is the one the function takes, with those keys added.
     """
     layouts = layouts or {}
     from tvm import relax
@@ -56,8 +56,7 @@ def signature_of(ir_module, weight_names, layouts=None):
         for index, param in enumerate(params):
             entry = tensor_type_to_json(param.ty, f"argument `{param.name}` of `{name}`")
             entry["name"] = str(param.name)
-            if index in taken_otherwise:
-                entry["layout"] = taken_otherwise[index]
+            entry.update(taken_otherwise.get(index, {}))
             arguments.append(entry)
         weights = arguments[num_input:]
         if weight_names is not None:

@@ -5,8 +5,8 @@
 use std::ops::Range;
 
 use super::epilogue::{add, scale_shift, Epilogue};
-use super::gemm::{gemm_block, Rhs, Shared};
-use super::parallel::{chunk, parallel_for, Executor};
+use super::gemm::{gemm_block, Rhs};
+use super::parallel::{chunk, parallel_for, Executor, Shared};
 use super::tensor::Arguments;
 use super::winograd::{winograd_into, Plan};
 

@@ -1,35 +1,12 @@
 //! Dense layers and batched matrix multiplications, on the `gemm` crate.
 
 use super::epilogue::{add, add_bias_to_rows, Epilogue};
-use super::parallel::{chunk, parallel_for, Executor};
+use super::panels::{dense_panels_into, After, PANEL};
+use super::parallel::{chunk, parallel_for, Executor, Shared};
 use super::tensor::Arguments;
 
 /// Below this many multiply-adds a kernel runs on the calling thread alone.
 const INLINE_WORK: usize = 32 * 1024;
-
-/// A pointer that parallel tasks share; each task writes a disjoint part of what it
-/// points to, and only reads the rest.
-#[derive(Clone, Copy)]
-pub(crate) struct Shared(pub(crate) *mut f32);
-
-// SAFETY: tasks write disjoint blocks through it (see every use) and read only data
-// no task writes; the pointee outlives the parallel region (the kernel's arguments).
-unsafe impl Send for Shared {}
-// SAFETY: as above.
-unsafe impl Sync for Shared {}
-
-impl Shared {
-    /// The pointer (a method, so closures capture the `Shared`, not the raw pointer).
-    pub(crate) fn get(self) -> *mut f32 {
-        self.0
-    }
-
-    pub(crate) fn at(self, offset: usize) -> *mut f32 {
-        // SAFETY: callers pass offsets inside the checked tensor (the bounds are checked
-        // when the views are validated against each other).
-        unsafe { self.0.add(offset) }
-    }
-}
 
 /// `B` of `x · B` as strides over a weight tensor.
 #[derive(Clone, Copy)]
@@ -166,7 +143,15 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Resul
     args.expect_count(5 + usize::from(has_bias) + usize::from(has_residual))?;
     let name = args.name;
     let x = args.tensor(0, None)?;
-    let w = args.tensor(1, Some(2))?;
+    let w = args.tensor(1, None)?;
+    // `[panels, K, 64]`: weights packed at load (see `panels`); else `[N, K]` or `[K, N]`.
+    let packed = w.shape.len() == 3;
+    if !packed && w.shape.len() != 2 {
+        return Err(format!(
+            "{name}: w has rank {}, not 2 (or 3, packed)",
+            w.shape.len()
+        ));
+    }
     let bias = if has_bias {
         Some(args.tensor(2, Some(1))?)
     } else {
@@ -185,11 +170,15 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Resul
         return Err(format!("{name}: x is a scalar"));
     }
     let k = x.dim_from_end(1);
-    let (w_k, n) = if transposed {
+    let (w_k, n) = if packed {
+        (w.shape[1] as usize, out.dim_from_end(1))
+    } else if transposed {
         (w.shape[1] as usize, w.shape[0] as usize)
     } else {
         (w.shape[0] as usize, w.shape[1] as usize)
     };
+    let panels_fit =
+        !packed || (w.shape[0] as usize == n.div_ceil(PANEL) && w.shape[2] as usize == PANEL);
     let m = x.leading(1);
     let expected_out: Vec<i64> = x.shape[..x.shape.len() - 1]
         .iter()
@@ -197,6 +186,7 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Resul
         .chain([n as i64])
         .collect();
     if w_k != k
+        || !panels_fit
         || out.shape != expected_out.as_slice()
         || bias.is_some_and(|bias| bias.len() != n)
         || residual.is_some_and(|residual| residual.shape != out.shape)
@@ -216,6 +206,28 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Resul
     if let Some(residual) = residual {
         residual.check_disjoint(&out)?;
     }
+    let residual = residual.map(|residual| residual.data.cast_const());
+    if packed {
+        let after = After {
+            bias,
+            residual,
+            epilogue,
+        };
+        // SAFETY: the shapes were checked against each other above; TVM's outputs do
+        // not alias its inputs.
+        return unsafe {
+            dense_panels_into(
+                m,
+                n,
+                k,
+                x.data,
+                w.data,
+                after,
+                Shared(out.data),
+                parallel_for,
+            )
+        };
+    }
     // SAFETY: the shapes were checked against each other above; TVM's outputs do not
     // alias its inputs.
     unsafe {
@@ -226,7 +238,7 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Resul
             x.data,
             Rhs::of(w.data, k, n, transposed),
             bias,
-            residual.map(|residual| residual.data.cast_const()),
+            residual,
             epilogue,
             Shared(out.data),
             parallel_for,

@@ -10,6 +10,7 @@
 //! | name | arguments (outputs last) |
 //! |---|---|
 //! | `relax_runtime.dense` | `x[.., K], w, transpose_w, epilogue, out[.., N]` |
+//! | | `w` may be `[ceil(N / 64), K, 64]` instead: packed in column panels at load (see `panels`) |
 //! | `relax_runtime.dense_bias` | `x[.., K], w, bias[N], transpose_w, epilogue, out[.., N]` |
 //! | `relax_runtime.batch_matmul` | `a[B.., M, K], b[B.., K, N] or [K, N], transpose_b, alpha, out[B.., M, N]` |
 //! | `relax_runtime.conv2d` | `x[N, C, H, W], w[O, C/g, KH, KW], strides(2), padding(4), dilation(2), groups, epilogue, out` |
@@ -29,6 +30,7 @@
 mod conv;
 mod epilogue;
 mod gemm;
+mod panels;
 mod parallel;
 mod rows;
 mod simd;
@@ -42,6 +44,7 @@ use crate::api::Api;
 use crate::sys;
 
 pub(crate) use epilogue::Epilogue;
+pub(crate) use panels::pack as pack_panels;
 pub(crate) use tensor::Arguments;
 pub(crate) use winograd::transform_weights as winograd_weights;
 

@@ -56,6 +56,30 @@ pub(crate) fn parallel_for(
     }
 }
 
+/// A pointer that parallel tasks share; each task writes a disjoint part of what it
+/// points to, and only reads the rest.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared(pub(crate) *mut f32);
+
+// SAFETY: tasks write disjoint blocks through it (see every use) and read only data
+// no task writes; the pointee outlives the parallel region (the kernel's arguments).
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// The pointer (a method, so closures capture the `Shared`, not the raw pointer).
+    pub(crate) fn get(self) -> *mut f32 {
+        self.0
+    }
+
+    pub(crate) fn at(self, offset: usize) -> *mut f32 {
+        // SAFETY: callers pass offsets inside the checked tensor (the bounds are checked
+        // when the views are validated against each other).
+        unsafe { self.0.add(offset) }
+    }
+}
+
 /// The `part`-th of `parts` contiguous ranges of `0..total` of near-equal sizes, each
 /// starting at a multiple of `align` (but an empty one, which starts at `total`).
 pub(crate) fn chunk(

@@ -2,8 +2,7 @@
 //! mask, broadcast over the rows) and layer normalization. Each row is one pass to find
 //! its statistics and one to write it, vectorized (see `simd`), rows split over the pool.
 
-use super::gemm::Shared;
-use super::parallel::{chunk, parallel_for, Executor};
+use super::parallel::{chunk, parallel_for, Executor, Shared};
 use super::simd::{self, multiversion};
 use super::tensor::{Arguments, View};
 

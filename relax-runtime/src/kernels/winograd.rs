@@ -12,8 +12,7 @@
 
 use std::ops::Range;
 
-use super::gemm::Shared;
-use super::parallel::{chunk, Executor};
+use super::parallel::{chunk, Executor, Shared};
 
 /// Values of a transformed tile (4x4).
 pub(crate) const TILE_VALUES: usize = 16;
