@@ -13,7 +13,7 @@ use crate::tensor::Tensor;
 /// Reads every weight the model's functions take from safetensors bytes, checking
 /// dtype and shape against the compiled signature; returns, per function, its weights
 /// in argument order (a weight several functions take is loaded once per layout: as
-/// stored, and transposed for the functions that take it so).
+/// stored, and converted for the functions that take it packed or transformed).
 pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<Vec<Vec<Tensor>>> {
     let wanted: Vec<_> = signature
         .functions

@@ -5,7 +5,8 @@
 //! `R.call_dps_packed("relax_runtime.<kernel>", ...)`; the functions below are
 //! registered under those names (`TVMFFIFunctionCreate` + `TVMFFIFunctionSetGlobal`)
 //! when the TVM runtime is loaded, before any model. They compute with the `gemm` crate
-//! (AVX-512, AVX2 or NEON, chosen at run time), split over TVM's thread pool.
+//! (AVX-512, AVX2 or NEON, chosen at run time) or, for weights relax-runtime converted
+//! at load, their own tiles (`panels`, `winograd`), split over TVM's thread pool.
 //!
 //! | name | arguments (outputs last) |
 //! |---|---|
