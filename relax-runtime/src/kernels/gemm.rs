@@ -1,7 +1,7 @@
 //! Dense layers and batched matrix multiplications, on the `gemm` crate.
 
 use super::epilogue::{add, add_bias_to_rows, Epilogue};
-use super::panels::{dense_panels_into, After, PANEL};
+use super::panels::{avx512_available, dense_panels_into, After, PANEL};
 use super::parallel::{chunk, parallel_for, Executor, Shared};
 use super::tensor::Arguments;
 
@@ -214,7 +214,7 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Resul
             epilogue,
         };
         // SAFETY: the shapes were checked against each other above; TVM's outputs do
-        // not alias its inputs.
+        // not alias its inputs; the AVX-512 tiles only where the CPU has them.
         return unsafe {
             dense_panels_into(
                 m,
@@ -225,6 +225,7 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Resul
                 after,
                 Shared(out.data),
                 parallel_for,
+                avx512_available(),
             )
         };
     }

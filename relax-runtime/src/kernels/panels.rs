@@ -40,32 +40,15 @@ pub(crate) struct After<'a> {
 }
 
 /// `out[m, n] = epilogue(x[m, k] · W + bias + residual)` with `W` packed by [`pack`],
-/// split over the pool by panels.
+/// split over the pool by panels, with AVX-512 tiles when `avx512` (pass
+/// [`avx512_available`]) or portable ones.
 ///
 /// # Safety
 /// `x` holds `m x k`, `panels` the packed `k x n` weights, `after.bias` `n` values,
-/// `after.residual` and `out` `m x n`, valid for the call; `out` overlaps none of them.
+/// `after.residual` and `out` `m x n`, valid for the call; `out` overlaps none of them;
+/// `avx512` only where the CPU has AVX-512F.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn dense_panels_into(
-    m: usize,
-    n: usize,
-    k: usize,
-    x: *const f32,
-    panels: *const f32,
-    after: After<'_>,
-    out: Shared,
-    executor: Executor,
-) -> Result<(), String> {
-    // SAFETY: the caller's contract.
-    unsafe { dense_panels_with(m, n, k, x, panels, after, out, executor, avx512_available()) }
-}
-
-/// [`dense_panels_into`] with the AVX-512 tiles or the portable ones.
-///
-/// # Safety
-/// As [`dense_panels_into`]; `avx512` only where the CPU has AVX-512F.
-#[allow(clippy::too_many_arguments)]
-unsafe fn dense_panels_with(
     m: usize,
     n: usize,
     k: usize,
@@ -124,7 +107,8 @@ struct Block<'a> {
     out: Shared,
 }
 
-fn avx512_available() -> bool {
+/// Whether this CPU has AVX-512F (the fast tiles).
+pub(crate) fn avx512_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
@@ -155,7 +139,7 @@ fn apply_activation(block: &Block<'_>, epilogue: Epilogue) {
 /// The block on any CPU: 4-row x 16-column tiles the compiler vectorizes.
 ///
 /// # Safety
-/// As [`dense_panels_into`], for this block.
+/// As `dense_panels_into`, for this block.
 unsafe fn portable_block(block: &Block<'_>) {
     const ROWS: usize = 4;
     const WIDTH: usize = 16;

@@ -56,7 +56,7 @@ fn packed_dense_layers_match_naive_loops() {
                 let mut out = vec![f32::NAN; m * n];
                 // SAFETY: the buffers have the sizes given; `avx512` only when available.
                 unsafe {
-                    dense_panels_with(
+                    dense_panels_into(
                         m,
                         n,
                         k,
