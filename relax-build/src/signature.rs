@@ -106,12 +106,14 @@ impl TensorType {
         match self.layout {
             WeightLayout::Stored => self.shape.clone(),
             WeightLayout::Panels | WeightLayout::TransposedPanels => {
-                match (self.shape.as_slice(), self.columns) {
-                    ([_, depth, _], Some(columns)) if self.layout == WeightLayout::Panels => {
-                        vec![depth.clone(), Dim::Static(columns)]
-                    }
-                    ([_, depth, _], Some(columns)) => vec![Dim::Static(columns), depth.clone()],
-                    _ => self.shape.clone(),
+                let ([_, depth, _], Some(columns)) = (self.shape.as_slice(), self.columns) else {
+                    return self.shape.clone();
+                };
+                let (depth, columns) = (depth.clone(), Dim::Static(columns));
+                if self.layout == WeightLayout::Panels {
+                    vec![depth, columns]
+                } else {
+                    vec![columns, depth]
                 }
             }
             WeightLayout::Winograd => match self.shape.as_slice() {

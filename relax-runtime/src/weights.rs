@@ -7,6 +7,7 @@ use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::kernels::{PANEL, TILE_VALUES};
 use crate::signature::{format_dims, Dim, ModelSignature, WeightLayout};
 use crate::tensor::Tensor;
 
@@ -100,7 +101,7 @@ fn winograd(shape: &[usize], data: &[u8]) -> Result<Tensor> {
     let (filters, channels) = (shape[0], shape[1]);
     let kernels = floats(data);
     let transformed = crate::kernels::winograd_weights(&kernels, filters, channels);
-    Tensor::from_slice(&transformed, &[16, channels, filters])
+    Tensor::from_slice(&transformed, &[TILE_VALUES, channels, filters])
 }
 
 /// The little-endian float32 values of a weight (its dtype was checked).
@@ -122,7 +123,7 @@ fn panels(shape: &[usize], data: &[u8], layout: WeightLayout) -> Result<Tensor> 
         WeightLayout::TransposedPanels => values[n * depth + k],
         _ => values[k * columns + n],
     });
-    Tensor::from_slice(&packed, &[columns.div_ceil(64), depth, 64])
+    Tensor::from_slice(&packed, &[columns.div_ceil(PANEL), depth, PANEL])
 }
 
 fn dtype_of(dtype: StDtype) -> Option<DType> {

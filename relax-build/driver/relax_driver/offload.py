@@ -51,10 +51,20 @@ def rank(expr):
 
 
 def dims(expr):
-    ty = tensor_type(expr)
-    if ty is None or ty.shape is None or not hasattr(ty.shape, "values"):
+    return dims_of_type(tensor_type(expr))
+
+
+def dims_of_type(ty):
+    """The dims of a tensor type, or None when it is not one or has no known shape."""
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
         return None
     return list(ty.shape.values)
+
+
+def static_ints(values):
+    """`values` (dims) as ints, or None when there are none or one is symbolic."""
+    ints = [getattr(value, "value", None) for value in values or [None]]
+    return ints if all(isinstance(value, int) for value in ints) else None
 
 
 def provably_equal(a, b):
@@ -476,10 +486,8 @@ def take_weights_otherwise(function, weight_rank, fits, new_dims, adjust=None):
     return relax.Function(params, body, function.ret_ty, function.is_pure, function.attrs), indices
 
 
-def static_dims(expr):
-    """The dims of `expr` as ints, or None when one is symbolic."""
-    values = [getattr(d, "value", None) for d in dims(expr) or [None]]
-    return values if all(isinstance(v, int) for v in values) else None
+# Columns per panel of a packed dense weight (relax-runtime's `kernels::panels::PANEL`).
+PANEL = 64
 
 
 def panel_weights(function):
@@ -495,13 +503,13 @@ def panel_weights(function):
         def dense_operand(name, args, _out_type, transposed=transposed):
             return (
                 name.removesuffix(RESIDUAL) in DENSE
-                and static_dims(args[1]) is not None
+                and static_ints(dims(args[1])) is not None
                 and (int(args[epilogue_index(name) - 1].value) == 1) == transposed
             )
 
         def packed_dims(d, transposed=transposed):
             depth, columns = (int(d[1]), int(d[0])) if transposed else (int(d[0]), int(d[1]))
-            return [(columns + 63) // 64, depth, 64]
+            return [(columns + PANEL - 1) // PANEL, depth, PANEL]
 
         def now_packed(name, args):
             args[epilogue_index(name) - 1] = int_value(0)
@@ -530,8 +538,8 @@ def winograd_fits(name, args, out_ty):
     w_dims, out_dims = dims(args[1]), dims_of_type(out_ty)
     if w_dims is None or out_dims is None or len(w_dims) != 4 or len(out_dims) != 4:
         return False
-    static = [getattr(d, "value", None) for d in w_dims + out_dims[2:]]
-    if any(not isinstance(value, int) for value in static):
+    static = static_ints(w_dims + out_dims[2:])
+    if static is None:
         return False
     filters, channels, kernel_h, kernel_w, height, width = static
     at = len(args) + epilogue_index(name)
@@ -541,12 +549,6 @@ def winograd_fits(name, args, out_ty):
         and min(filters, channels) >= WINOGRAD_MIN_CHANNELS
         and ((height + 1) // 2) * ((width + 1) // 2) >= WINOGRAD_MIN_TILES
     )
-
-
-def dims_of_type(ty):
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
-        return None
-    return list(ty.shape.values)
 
 
 def winograd_weights(function):

@@ -6,12 +6,9 @@ use std::ops::Range;
 
 use super::epilogue::{add, scale_shift, Epilogue};
 use super::gemm::{gemm_block, Rhs};
-use super::parallel::{chunk, parallel_for, Executor, Shared};
+use super::parallel::{chunk, parallel_for, Executor, Shared, INLINE_WORK};
 use super::tensor::Arguments;
 use super::winograd::{winograd_into, Plan};
-
-/// Below this many multiply-adds a convolution runs on the calling thread alone.
-const INLINE_WORK: usize = 32 * 1024;
 
 /// Tasks split the output pixels when each gets at least this many, else the filters
 /// (splits in whole [`PIXEL_TILE`]s stay balanced only over several tiles).
@@ -180,6 +177,19 @@ pub(crate) struct PerFilter<'a> {
     pub(crate) scale: Option<&'a [f32]>,
     pub(crate) shift: &'a [f32],
 }
+
+/// A convolution over checked arguments: [`conv2d_into`], or [`winograd_conv`] with
+/// the kernel in Winograd form.
+type Convolve = unsafe fn(
+    &Conv2d,
+    *const f32,
+    *const f32,
+    Option<PerFilter<'_>>,
+    Option<*const f32>,
+    Epilogue,
+    Shared,
+    Executor,
+) -> Result<(), String>;
 
 /// `out = epilogue(conv2d(x, w) * scale + shift + residual)`.
 ///
@@ -496,24 +506,11 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         residual.check_disjoint(&out)?;
     }
     let residual = residual.map(|residual| residual.data.cast_const());
-    if winograd {
-        // SAFETY: every shape was checked against the others above.
-        return unsafe {
-            winograd_conv(
-                &shape,
-                x.data,
-                w.data,
-                per_filter,
-                residual,
-                epilogue,
-                Shared(out.data),
-                parallel_for,
-            )
-        };
-    }
-    // SAFETY: every shape was checked against the others above.
+    let convolve: Convolve = if winograd { winograd_conv } else { conv2d_into };
+    // SAFETY: every shape was checked against the others above (for Winograd: a 3x3
+    // kernel, stride 1, no dilation, one group).
     unsafe {
-        conv2d_into(
+        convolve(
             &shape,
             x.data,
             w.data,

@@ -2,11 +2,8 @@
 
 use super::epilogue::{add, add_bias_to_rows, Epilogue};
 use super::panels::{avx512_available, dense_panels_into, After, PANEL};
-use super::parallel::{chunk, parallel_for, Executor, Shared};
+use super::parallel::{chunk, parallel_for, Executor, Shared, INLINE_WORK};
 use super::tensor::Arguments;
-
-/// Below this many multiply-adds a kernel runs on the calling thread alone.
-const INLINE_WORK: usize = 32 * 1024;
 
 /// `B` of `x · B` as strides over a weight tensor.
 #[derive(Clone, Copy)]
@@ -63,27 +60,56 @@ pub(crate) unsafe fn gemm_block(
     // SAFETY: the caller's contract: every pointer addresses its checked tensor, and the
     // destination block belongs to this task alone.
     unsafe {
+        multiply(
+            (rows.len(), columns.len(), k),
+            (out.at(rows.start * n + columns.start), 1, n),
+            (x.add(rows.start * k), 1, k),
+            (
+                rhs.column(columns.start),
+                rhs.column_stride as usize,
+                rhs.row_stride as usize,
+            ),
+            alpha,
+        )
+    }
+}
+
+/// `out = alpha * lhs · rhs` for sizes `(m, n, k)` on this thread, each matrix given as
+/// (first element, column stride, row stride): every kernel's call into the gemm crate.
+///
+/// # Safety
+/// Every element the sizes and strides address is valid; `out` overlaps neither input
+/// and no other thread uses it meanwhile.
+pub(crate) unsafe fn multiply(
+    (m, n, k): (usize, usize, usize),
+    out: (*mut f32, usize, usize),
+    lhs: (*const f32, usize, usize),
+    rhs: (*const f32, usize, usize),
+    alpha: f32,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
         gemm::gemm(
-            rows.len(),
-            columns.len(),
+            m,
+            n,
             k,
-            out.at(rows.start * n + columns.start),
-            1,
-            n as isize,
+            out.0,
+            out.1 as isize,
+            out.2 as isize,
             false,
-            x.add(rows.start * k),
-            1,
-            k as isize,
-            rhs.column(columns.start),
-            rhs.column_stride,
-            rhs.row_stride,
+            lhs.0,
+            lhs.1 as isize,
+            lhs.2 as isize,
+            rhs.0,
+            rhs.1 as isize,
+            rhs.2 as isize,
             0.0,
             alpha,
             false,
             false,
             false,
             gemm::Parallelism::None,
-        );
+        )
     }
 }
 

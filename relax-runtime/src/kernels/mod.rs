@@ -45,9 +45,9 @@ use crate::api::Api;
 use crate::sys;
 
 pub(crate) use epilogue::Epilogue;
-pub(crate) use panels::pack as pack_panels;
+pub(crate) use panels::{pack as pack_panels, PANEL};
 pub(crate) use tensor::Arguments;
-pub(crate) use winograd::transform_weights as winograd_weights;
+pub(crate) use winograd::{transform_weights as winograd_weights, TILE_VALUES};
 
 /// A kernel: reads its arguments, writes its outputs, or says why it cannot.
 type Kernel = fn(&Arguments<'_>) -> Result<(), String>;

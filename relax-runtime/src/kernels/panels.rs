@@ -7,8 +7,8 @@
 //! On CPUs with AVX-512 a 6 x 64 tile keeps 24 vector accumulators; elsewhere (AVX2,
 //! NEON) a portable 4 x 16 tile that the compiler vectorizes for the running CPU.
 
-use super::epilogue::Epilogue;
-use super::parallel::{chunk, Executor, Shared};
+use super::epilogue::{add, Epilogue};
+use super::parallel::{chunk, Executor, Shared, INLINE_WORK};
 
 /// Columns per panel.
 pub(crate) const PANEL: usize = 64;
@@ -62,7 +62,7 @@ pub(crate) unsafe fn dense_panels_into(
     let count = n.div_ceil(PANEL);
     let (x, panels) = (Shared(x.cast_mut()), Shared(panels.cast_mut()));
     let residual = after.residual.map(|residual| Shared(residual.cast_mut()));
-    executor(m * n * k < 32 * 1024, &|task, tasks| {
+    executor(m * n * k < INLINE_WORK, &|task, tasks| {
         for panel in chunk(count, tasks, task, 1) {
             let block = Block {
                 m,
@@ -215,14 +215,10 @@ fn finish_row(block: &Block<'_>, row: usize, first: usize, sums: &[f32]) {
     };
     out.copy_from_slice(sums);
     if let Some(bias) = block.bias {
-        out.iter_mut()
-            .zip(&bias[column..])
-            .for_each(|(value, bias)| *value += bias);
+        add(out, &bias[column..column + sums.len()]);
     }
     if let Some(residual) = residual {
-        out.iter_mut()
-            .zip(residual)
-            .for_each(|(value, residual)| *value += residual);
+        add(out, residual);
     }
 }
 

@@ -56,6 +56,10 @@ pub(crate) fn parallel_for(
     }
 }
 
+/// Below this many multiply-adds a matrix product or convolution runs on the calling
+/// thread alone (waking the pool costs more).
+pub(crate) const INLINE_WORK: usize = 32 * 1024;
+
 /// A pointer that parallel tasks share; each task writes a disjoint part of what it
 /// points to, and only reads the rest.
 #[derive(Clone, Copy)]

@@ -12,6 +12,7 @@
 
 use std::ops::Range;
 
+use super::gemm::multiply;
 use super::parallel::{chunk, Executor, Shared};
 
 /// Values of a transformed tile (4x4).
@@ -97,7 +98,7 @@ pub(crate) type Finish<'a> = &'a (dyn Fn(usize, usize, usize, &mut [f32]) + Sync
 /// `out = finish(conv3x3(x, w))` with `u` the weights' transform ([`transform_weights`]).
 ///
 /// # Safety
-/// `x` holds `batch x channels x height x width`, `u` `16 x filters x channels`, `out`
+/// `x` holds `batch x channels x height x width`, `u` `16 x channels x filters`, `out`
 /// `batch x filters x output_height x output_width`, valid for the call, and `out`
 /// overlaps neither.
 pub(crate) unsafe fn winograd_into(
@@ -226,6 +227,7 @@ unsafe fn run_block(
                         (product, 1, tiles),
                         (u_block, plan.filters, 1),
                         (v, 1, tiles),
+                        1.0,
                     )
                 };
                 continue;
@@ -241,6 +243,7 @@ unsafe fn run_block(
                     (transposed, 1, block.len()),
                     (v, tiles, 1),
                     (u_block, 1, plan.filters),
+                    1.0,
                 )
             };
             // SAFETY: this block's ξ-th product buffer, this task's alone.
@@ -288,43 +291,6 @@ unsafe fn run_block(
 
 /// Tiles the transforms handle at a time (one AVX-512 vector of each value).
 const LANES: usize = 16;
-
-/// `out = lhs · rhs` for `(m, n, k)`, each matrix as (pointer, column stride, row stride).
-///
-/// # Safety
-/// Every element the sizes and strides address is valid; `out` overlaps neither input
-/// and no other thread uses it meanwhile.
-unsafe fn multiply(
-    (m, n, k): (usize, usize, usize),
-    out: (*mut f32, usize, usize),
-    lhs: (*const f32, usize, usize),
-    rhs: (*const f32, usize, usize),
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.0,
-            out.1 as isize,
-            out.2 as isize,
-            false,
-            lhs.0,
-            lhs.1 as isize,
-            lhs.2 as isize,
-            rhs.0,
-            rhs.1 as isize,
-            rhs.2 as isize,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        )
-    }
-}
 
 /// `V = Bᵀ d B` of every tile of tile rows `rows`, for every channel, into
 /// `v[ξ][channel][tile]`.

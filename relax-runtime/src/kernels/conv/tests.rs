@@ -136,46 +136,39 @@ fn convolutions_match_naive_loops() {
                 scale: with_scale.then_some(scale.as_slice()),
                 shift: &bias,
             });
-            let mut out = vec![f32::NAN; case.batch * case.filters * oh * ow];
             let residual = with_residual.then_some(residual.as_ptr());
-            // SAFETY: the buffers have the sizes `case` describes.
-            unsafe {
-                conv2d_into(
-                    &case,
-                    x.as_ptr(),
-                    w.as_ptr(),
-                    per_filter,
-                    residual,
-                    epilogue,
-                    Shared(out.as_mut_ptr()),
-                    three_threads,
-                )
-                .unwrap()
-            };
-            assert_close(&out, &expected, &format!("{case:?} {epilogue:?}"));
+            // im2col (or the direct 1x1 path), and Winograd where it applies, with the
+            // kernel in Winograd form.
             let winograd_fits = case.kernel == (3, 3)
                 && (case.stride, case.dilation, case.groups) == ((1, 1), (1, 1), 1);
-            if !winograd_fits {
-                continue;
+            let mut algorithms: Vec<(&str, Convolve, Vec<f32>)> =
+                vec![("im2col", conv2d_into, w.clone())];
+            if winograd_fits {
+                let u = crate::kernels::winograd_weights(&w, case.filters, case.channels);
+                algorithms.push(("Winograd", winograd_conv, u));
             }
-            // The same convolution with the kernel in Winograd form.
-            let u = crate::kernels::winograd_weights(&w, case.filters, case.channels);
-            let mut out = vec![f32::NAN; case.batch * case.filters * oh * ow];
-            // SAFETY: the buffers have the sizes `case` describes.
-            unsafe {
-                winograd_conv(
-                    &case,
-                    x.as_ptr(),
-                    u.as_ptr(),
-                    per_filter,
-                    residual,
-                    epilogue,
-                    Shared(out.as_mut_ptr()),
-                    three_threads,
-                )
-                .unwrap()
-            };
-            assert_close(&out, &expected, &format!("Winograd {case:?} {epilogue:?}"));
+            for (algorithm, convolve, weights) in algorithms {
+                let mut out = vec![f32::NAN; case.batch * case.filters * oh * ow];
+                // SAFETY: the buffers have the sizes `case` describes.
+                unsafe {
+                    convolve(
+                        &case,
+                        x.as_ptr(),
+                        weights.as_ptr(),
+                        per_filter,
+                        residual,
+                        epilogue,
+                        Shared(out.as_mut_ptr()),
+                        three_threads,
+                    )
+                    .unwrap()
+                };
+                assert_close(
+                    &out,
+                    &expected,
+                    &format!("{algorithm} {case:?} {epilogue:?}"),
+                );
+            }
         }
     }
 }
