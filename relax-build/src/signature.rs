@@ -98,6 +98,8 @@ pub enum WeightLayout {
     /// A 3x3 convolution kernel in Winograd F(2x2, 3x3) form, `[16, in, out]`: the file
     /// holds `[out, in, 3, 3]`.
     Winograd,
+    /// The same in Winograd F(4x4, 3x3) form, `[36, in, out]`.
+    Winograd4,
 }
 
 impl TensorType {
@@ -116,7 +118,7 @@ impl TensorType {
                     vec![columns, depth]
                 }
             }
-            WeightLayout::Winograd => match self.shape.as_slice() {
+            WeightLayout::Winograd | WeightLayout::Winograd4 => match self.shape.as_slice() {
                 [_, channels, filters] => vec![
                     filters.clone(),
                     channels.clone(),
@@ -188,6 +190,10 @@ mod tests {
         );
         assert_eq!(
             weight("[16, 64, 128]", "winograd").stored_shape(),
+            dims(&[128, 64, 3, 3])
+        );
+        assert_eq!(
+            weight("[36, 64, 128]", "winograd4").stored_shape(),
             dims(&[128, 64, 3, 3])
         );
         let plain: TensorType =

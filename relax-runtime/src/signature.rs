@@ -70,6 +70,8 @@ pub enum WeightLayout {
     /// A float32 3x3 convolution kernel in Winograd F(2x2, 3x3) form, `[16, in, out]`:
     /// stored as `[out, in, 3, 3]`.
     Winograd,
+    /// The same in Winograd F(4x4, 3x3) form, `[36, in, out]`.
+    Winograd4,
 }
 
 impl WeightLayout {
@@ -90,7 +92,8 @@ impl WeightLayout {
             {
                 Some(vec![Dim::Static(columns), depth.clone()])
             }
-            (WeightLayout::Winograd, [Dim::Static(16), channels, filters], _) => Some(vec![
+            (WeightLayout::Winograd, [Dim::Static(16), channels, filters], _)
+            | (WeightLayout::Winograd4, [Dim::Static(36), channels, filters], _) => Some(vec![
                 filters.clone(),
                 channels.clone(),
                 Dim::Static(3),

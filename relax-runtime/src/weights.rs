@@ -7,7 +7,7 @@ use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{PANEL, TILE_VALUES};
+use crate::kernels::{WinogradTile, PANEL};
 use crate::signature::{format_dims, Dim, ModelSignature, WeightLayout};
 use crate::tensor::Tensor;
 
@@ -78,7 +78,8 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
             WeightLayout::Panels | WeightLayout::TransposedPanels => {
                 panels(view.shape(), view.data(), expected.layout)?
             }
-            WeightLayout::Winograd => winograd(view.shape(), view.data())?,
+            WeightLayout::Winograd => winograd(view.shape(), view.data(), WinogradTile::Two)?,
+            WeightLayout::Winograd4 => winograd(view.shape(), view.data(), WinogradTile::Four)?,
         };
         tensors.insert((&expected.name, expected.layout), tensor);
     }
@@ -95,13 +96,13 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
         .collect())
 }
 
-/// The Winograd F(2x2, 3x3) form (`[16, in, out]`) of float32 3x3 kernels stored
-/// `[out, in, 3, 3]` (little-endian bytes; the shape was checked).
-fn winograd(shape: &[usize], data: &[u8]) -> Result<Tensor> {
+/// The Winograd form with output tiles `tile` (`[16 or 36, in, out]`) of float32 3x3
+/// kernels stored `[out, in, 3, 3]` (little-endian bytes; the shape was checked).
+fn winograd(shape: &[usize], data: &[u8], tile: WinogradTile) -> Result<Tensor> {
     let (filters, channels) = (shape[0], shape[1]);
     let kernels = floats(data);
-    let transformed = crate::kernels::winograd_weights(&kernels, filters, channels);
-    Tensor::from_slice(&transformed, &[TILE_VALUES, channels, filters])
+    let transformed = crate::kernels::winograd_weights(&kernels, filters, channels, tile);
+    Tensor::from_slice(&transformed, &[tile.values(), channels, filters])
 }
 
 /// The little-endian float32 values of a weight (its dtype was checked).
@@ -208,11 +209,11 @@ mod tests {
         safetensors::serialize([("k", view)], &None).unwrap()
     }
 
-    fn kernels_signature(shape: &str) -> ModelSignature {
+    fn kernels_signature(shape: &str, layout: &str) -> ModelSignature {
         let json = format!(
             r#"{{"model": "m", "tvm_version": "0.27.0.post1", "target": "{{}}", "functions": [
             {{"name": "main", "inputs": [], "outputs": [], "returns_tuple": false,
-              "weights": [{{"name": "k", "dtype": "float32", "shape": {shape}, "layout": "winograd"}}]}}]}}"#
+              "weights": [{{"name": "k", "dtype": "float32", "shape": {shape}, "layout": "{layout}"}}]}}]}}"#
         );
         ModelSignature::from_json("m", &json).unwrap()
     }
@@ -220,16 +221,22 @@ mod tests {
     #[test]
     fn a_winograd_weight_is_transformed_at_load() {
         let values: Vec<f32> = (0..18).map(|value| value as f32 * 0.5 - 3.0).collect();
-        let weights = load(
-            &kernels_signature("[16, 1, 2]"),
-            Some(&kernels_file(&values)),
-        )
-        .unwrap();
-        assert_eq!(weights[0][0].shape(), [16, 1, 2]);
-        assert_eq!(
-            weights[0][0].as_slice::<f32>().unwrap(),
-            crate::kernels::winograd_weights(&values, 2, 1)
-        );
+        for (layout, tile) in [
+            ("winograd", WinogradTile::Two),
+            ("winograd4", WinogradTile::Four),
+        ] {
+            let shape = format!("[{}, 1, 2]", tile.values());
+            let weights = load(
+                &kernels_signature(&shape, layout),
+                Some(&kernels_file(&values)),
+            )
+            .unwrap();
+            assert_eq!(weights[0][0].shape(), [tile.values() as i64, 1, 2]);
+            assert_eq!(
+                weights[0][0].as_slice::<f32>().unwrap(),
+                crate::kernels::winograd_weights(&values, 2, 1, tile)
+            );
+        }
     }
 
     #[test]
@@ -239,10 +246,14 @@ mod tests {
             ("[16, 2, 2]", "but the model expects float32[2, 2, 3, 3]"),
             ("[16, 2]", "which that layout cannot be"),
             ("[9, 1, 2]", "which that layout cannot be"),
+            ("[36, 1, 2]", "which that layout cannot be"),
         ] {
-            let error = load(&kernels_signature(shape), Some(&kernels_file(&values)))
-                .unwrap_err()
-                .to_string();
+            let error = load(
+                &kernels_signature(shape, "winograd"),
+                Some(&kernels_file(&values)),
+            )
+            .unwrap_err()
+            .to_string();
             assert!(error.contains(expected), "{shape}: {error}");
         }
     }

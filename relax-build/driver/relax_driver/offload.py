@@ -24,9 +24,10 @@ loads the weights, and the dense kernel streams the panels without packing them 
 every call.
 
 Likewise a weight used only as the kernel of 3x3 convolutions with stride 1 (no dilation,
-one group, see `winograd_fits`) is taken as `[16, in, out]`, its
-Winograd F(2x2, 3x3) transform: marked `"layout": "winograd"`, computed by relax-runtime
-when it loads the weights, and multiplied with 2.25 times fewer multiply-adds.
+one group) that a Winograd variant computes best (see `winograd_tile`) is taken as its
+Winograd transform: `[36, in, out]` for F(4x4, 3x3) (`"layout": "winograd4"`, 4 times
+fewer multiply-adds) or `[16, in, out]` for F(2x2, 3x3) (`"layout": "winograd"`, 2.25
+times fewer), computed by relax-runtime when it loads the weights.
 """
 
 import tvm
@@ -522,49 +523,75 @@ def panel_weights(function):
     return function, chosen
 
 
-# Winograd beats im2col from this many 2x2 output tiles per image and this many channels
-# and filters: measured on ResNet-50's 3x3 layers, its kernel took 1.04-1.10x im2col's
-# time at 64 channels over 56x56 (its 16 multiplications are only 64 deep), 0.75-0.94x
-# at 128 over 28x28, 0.74-0.94x at 256 over 14x14, and 1.3-2.1x at 512 over 7x7 (16
-# tiles: reading the 16/9 larger weights dominates).
-WINOGRAD_MIN_TILES = 36
+# Which Winograd variant beats im2col, measured per layer on one thread (relax-runtime's
+# kernels, medians of 15 calls; time / im2col's):
+#   64 channels over 56x56: F(2x2) 0.81, F(4x4) 0.67;   32 over 56x56: 1.06, 0.80
+#   128 over 28x28: 0.77, 0.64;   64 over 28x28: 0.74, 0.82
+#   256 over 14x14: 0.88, 1.61 (16 tiles of 4x4);   128 over 14x14: 0.74, 0.86
+#   512 over 7x7: 1.24, 1.95 (the transformed weights dominate);   3 or 16 channels: 1.3-2.8
+# and inside ResNet-50 on 2 threads (per-layer times in the whole model): F(4x4) took
+# 0.70-0.82 of im2col's time at 64 channels over 56x56, but no less than F(2x2) at 128
+# over 28x28 (its 7 rows of tiles: blocks too small to share). So F(4x4, 3x3) from this
+# many channels and filters and 4x4 output tiles per image...
+WINOGRAD4_MIN_CHANNELS = 64
+WINOGRAD4_MIN_TILES = 196
+# ... else F(2x2, 3x3) from this many channels and filters and 2x2 tiles per image (in
+# the whole model, 2 threads, it took 1.04-1.10x im2col's time at 64 channels).
 WINOGRAD_MIN_CHANNELS = 128
+WINOGRAD_MIN_TILES = 36
+
+# Winograd variant (output tile side) -> (layout, values per transformed kernel).
+WINOGRAD_LAYOUTS = {4: ("winograd4", 36), 2: ("winograd", 16)}
 
 
-def winograd_fits(name, args, out_ty):
-    """Whether the kernel call `name(args)` is a convolution Winograd computes well."""
+def winograd_tile(name, args, out_ty):
+    """The side of the output tiles of the Winograd variant that computes the kernel call
+    `name(args)` best (4 or 2), or None when im2col does."""
     if name is None or name.removesuffix(RESIDUAL) not in CONV:
-        return False
+        return None
     w_dims, out_dims = dims(args[1]), dims_of_type(out_ty)
     if w_dims is None or out_dims is None or len(w_dims) != 4 or len(out_dims) != 4:
-        return False
+        return None
     static = static_ints(w_dims + out_dims[2:])
     if static is None:
-        return False
+        return None
     filters, channels, kernel_h, kernel_w, height, width = static
     at = len(args) + epilogue_index(name)
     stride_h, stride_w, _, _, _, _, dilation_h, dilation_w, groups = (int(a.value) for a in args[at - 9 : at])
-    return (
-        (kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, groups) == (3, 3, 1, 1, 1, 1, 1)
-        and min(filters, channels) >= WINOGRAD_MIN_CHANNELS
-        and ((height + 1) // 2) * ((width + 1) // 2) >= WINOGRAD_MIN_TILES
-    )
+    if (kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, groups) != (3, 3, 1, 1, 1, 1, 1):
+        return None
+    smaller = min(filters, channels)
+    tiles4 = ((height + 3) // 4) * ((width + 3) // 4)
+    if smaller >= WINOGRAD4_MIN_CHANNELS and tiles4 >= WINOGRAD4_MIN_TILES:
+        return 4
+    if smaller >= WINOGRAD_MIN_CHANNELS and ((height + 1) // 2) * ((width + 1) // 2) >= WINOGRAD_MIN_TILES:
+        return 2
+    return None
 
 
 def winograd_weights(function):
-    """Takes the weights used only as kernels of convolutions that `winograd_fits` as
-    `[16, in, out]` parameters (their Winograd transform, computed at load).
+    """Takes the weights used only as kernels of convolutions that one Winograd variant
+    computes best (`winograd_tile`) as `[16 or 36, in, out]` parameters (their transform,
+    computed at load).
 
-    Returns the function and the indices of the parameters it changed.
+    Returns the function and {parameter index: layout}.
     """
-    return take_weights_otherwise(function, 4, winograd_fits, lambda d: [16, d[1], d[0]])
+    chosen = {}
+    for tile, (layout, values) in WINOGRAD_LAYOUTS.items():
+
+        def fits(name, args, out_ty, tile=tile):
+            return winograd_tile(name, args, out_ty) == tile
+
+        function, indices = take_weights_otherwise(function, 4, fits, lambda d, values=values: [values, d[1], d[0]])
+        chosen.update({index: layout for index in indices})
+    return function, chosen
 
 
 def rewrite(ir_module, target):
     """The module with its matmuls and convolutions rewritten into kernel calls, and, per
     function name, how it takes each weight parameter it takes otherwise than stored
-    (index -> {"layout": "panels", "transposed_panels" or "winograd", "columns": N of
-    packed ones})."""
+    (index -> {"layout": "panels", "transposed_panels", "winograd" or "winograd4",
+    "columns": N of packed ones})."""
     del target  # the kernels choose their instructions at run time
     module = ir_module
     layouts = {}
@@ -574,7 +601,7 @@ def rewrite(ir_module, target):
             rewritten, packed = panel_weights(rewritten)
             rewritten, winograd = winograd_weights(rewritten)
             chosen = {index: {"layout": layout, "columns": columns} for index, (layout, columns) in packed.items()}
-            chosen.update({index: {"layout": "winograd"} for index in winograd})
+            chosen.update({index: {"layout": layout} for index, layout in winograd.items()})
             if chosen:
                 layouts[global_var.name_hint] = chosen
             if not rewritten.same_as(function):

@@ -2,13 +2,15 @@
 //! convolution with stride 1 multiplies the input directly, any other unfolds the
 //! patches of its block of output pixels first (im2col).
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use super::epilogue::{add, scale_shift, Epilogue};
 use super::gemm::{gemm_block, Rhs};
 use super::parallel::{chunk, parallel_for, Executor, Shared, INLINE_WORK};
+use super::scratch::{prefix, reuse};
 use super::tensor::Arguments;
-use super::winograd::{winograd_into, Plan};
+use super::winograd::{winograd_into, Plan, Tile};
 
 /// Tasks split the output pixels when each gets at least this many, else the filters
 /// (splits in whole [`PIXEL_TILE`]s stay balanced only over several tiles).
@@ -29,6 +31,11 @@ const UNFOLDED_BLOCK_BYTES: usize = 256 * 1024;
 fn pixel_block(depth: usize) -> usize {
     let fitting = UNFOLDED_BLOCK_BYTES / (depth.max(1) * std::mem::size_of::<f32>());
     fitting.max(PIXEL_TILE).next_multiple_of(PIXEL_TILE)
+}
+
+thread_local! {
+    /// The unfolded patches of the tasks that run on this thread.
+    static UNFOLDED: RefCell<Vec<f32>> = RefCell::default();
 }
 
 /// The sizes of one convolution.
@@ -178,18 +185,42 @@ pub(crate) struct PerFilter<'a> {
     pub(crate) shift: &'a [f32],
 }
 
-/// A convolution over checked arguments: [`conv2d_into`], or [`winograd_conv`] with
-/// the kernel in Winograd form.
-type Convolve = unsafe fn(
-    &Conv2d,
-    *const f32,
-    *const f32,
-    Option<PerFilter<'_>>,
-    Option<*const f32>,
-    Epilogue,
-    Shared,
-    Executor,
-) -> Result<(), String>;
+/// How a convolution is computed: by [`conv2d_into`] (the kernel as given), or by
+/// [`winograd_conv`] (the kernel in that variant's Winograd form).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Algorithm {
+    Unfolded,
+    Winograd(Tile),
+}
+
+impl Algorithm {
+    /// # Safety
+    /// As [`conv2d_into`], and as [`winograd_conv`] for Winograd.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn convolve(
+        self,
+        shape: &Conv2d,
+        x: *const f32,
+        w: *const f32,
+        per_filter: Option<PerFilter<'_>>,
+        residual: Option<*const f32>,
+        epilogue: Epilogue,
+        out: Shared,
+        executor: Executor,
+    ) -> Result<(), String> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self {
+                Algorithm::Unfolded => {
+                    conv2d_into(shape, x, w, per_filter, residual, epilogue, out, executor)
+                }
+                Algorithm::Winograd(tile) => winograd_conv(
+                    tile, shape, x, w, per_filter, residual, epilogue, out, executor,
+                ),
+            }
+        }
+    }
+}
 
 /// `out = epilogue(conv2d(x, w) * scale + shift + residual)`.
 ///
@@ -287,45 +318,47 @@ pub(crate) unsafe fn conv2d_into(
                     std::slice::from_raw_parts(input.get().cast_const(), channels * plane)
                 };
                 let block = pixel_block(depth).min(columns.len());
-                let mut unfolded = vec![0.0; depth * block];
-                for start in columns.clone().step_by(block) {
-                    let block_columns = start..(start + block).min(columns.end);
-                    let unfolded = &mut unfolded[..depth * block_columns.len()];
-                    im2col(shape, source, output_width, block_columns.clone(), unfolded);
-                    let rhs = Rhs {
-                        data: Shared(unfolded.as_mut_ptr()),
-                        row_stride: block_columns.len() as isize,
-                        column_stride: 1,
-                    };
-                    // SAFETY: `unfolded` holds `depth` rows of this block's columns; the
-                    // destination block (rows, block_columns) is this task's alone.
-                    unsafe {
-                        gemm_block(
-                            depth,
-                            pixels,
-                            weights.get(),
-                            rhs,
-                            Shared(output.at(block_columns.start)),
-                            rows.clone(),
-                            0..block_columns.len(),
-                            1.0,
-                        )
-                    };
-                    finish(rows.clone(), block_columns);
-                }
+                reuse(&UNFOLDED, |unfolded| {
+                    for start in columns.clone().step_by(block) {
+                        let block_columns = start..(start + block).min(columns.end);
+                        let unfolded = prefix(unfolded, depth * block_columns.len());
+                        im2col(shape, source, output_width, block_columns.clone(), unfolded);
+                        let rhs = Rhs {
+                            data: Shared(unfolded.as_mut_ptr()),
+                            row_stride: block_columns.len() as isize,
+                            column_stride: 1,
+                        };
+                        // SAFETY: `unfolded` holds `depth` rows of this block's columns; the
+                        // destination block (rows, block_columns) is this task's alone.
+                        unsafe {
+                            gemm_block(
+                                depth,
+                                pixels,
+                                weights.get(),
+                                rhs,
+                                Shared(output.at(block_columns.start)),
+                                rows.clone(),
+                                0..block_columns.len(),
+                                1.0,
+                            )
+                        };
+                        finish(rows.clone(), block_columns);
+                    }
+                })
             })?;
         }
     }
     Ok(())
 }
 
-/// `out = epilogue(conv3x3(x, w) * scale + shift + residual)` by Winograd F(2x2, 3x3),
-/// with `u` the kernel's transform (`[16, channels, filters]`).
+/// `out = epilogue(conv3x3(x, w) * scale + shift + residual)` by Winograd with output
+/// tiles `tile`, with `u` the kernel's transform (`[values, channels, filters]`).
 ///
 /// # Safety
 /// As [`conv2d_into`], for a 3x3 kernel with stride 1, no dilation and one group.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn winograd_conv(
+    tile: Tile,
     shape: &Conv2d,
     x: *const f32,
     u: *const f32,
@@ -348,6 +381,7 @@ pub(crate) unsafe fn winograd_conv(
         pad_left: shape.padding.1,
         output_height,
         output_width,
+        tile,
     };
     let residual = residual.map(|residual| Shared(residual.cast_mut()));
     let output_plane = output_height * output_width;
@@ -403,7 +437,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     let name = args.name;
     let x = args.tensor(0, Some(4))?;
     let w = args.tensor(1, None)?;
-    // `[16, in, out]`: a 3x3 kernel in Winograd form (see `winograd`); else OIHW.
+    // `[16 or 36, in, out]`: a 3x3 kernel in Winograd form (see `winograd`); else OIHW.
     let winograd = w.shape.len() == 3;
     if !winograd && w.shape.len() != 4 {
         return Err(format!(
@@ -411,6 +445,15 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
             w.shape.len()
         ));
     }
+    let algorithm = if winograd {
+        let values = w.shape[0] as usize;
+        let tile = Tile::of_values(values).ok_or_else(|| {
+            format!("{name}: a Winograd kernel has 16 or 36 values per kernel, not {values}")
+        })?;
+        Algorithm::Winograd(tile)
+    } else {
+        Algorithm::Unfolded
+    };
     let vectors = (0..tensors)
         .map(|index| args.tensor(2 + index, Some(1)))
         .collect::<Result<Vec<_>, _>>()?;
@@ -449,8 +492,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         && shape.channels.is_multiple_of(groups)
         && shape.filters.is_multiple_of(groups)
         && dim(&w, 1) * groups == shape.channels
-        && (!winograd
-            || (w.shape[0] == 16 && (shape.stride, shape.dilation, groups) == ((1, 1), (1, 1), 1)))
+        && (!winograd || (shape.stride, shape.dilation, groups) == ((1, 1), (1, 1), 1))
         && vectors.iter().all(|vector| vector.len() == shape.filters)
         && residual.is_none_or(|residual| residual.shape == out.shape)
         && shape.output().is_some_and(|(height, width)| {
@@ -506,11 +548,10 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         residual.check_disjoint(&out)?;
     }
     let residual = residual.map(|residual| residual.data.cast_const());
-    let convolve: Convolve = if winograd { winograd_conv } else { conv2d_into };
     // SAFETY: every shape was checked against the others above (for Winograd: a 3x3
     // kernel, stride 1, no dilation, one group).
     unsafe {
-        convolve(
+        algorithm.convolve(
             &shape,
             x.data,
             w.data,

@@ -15,7 +15,7 @@
 //! | `relax_runtime.dense_bias` | `x[.., K], w, bias[N], transpose_w, epilogue, out[.., N]` |
 //! | `relax_runtime.batch_matmul` | `a[B.., M, K], b[B.., K, N] or [K, N], transpose_b, alpha, out[B.., M, N]` |
 //! | `relax_runtime.conv2d` | `x[N, C, H, W], w[O, C/g, KH, KW], strides(2), padding(4), dilation(2), groups, epilogue, out` |
-//! | | `w` may be `[16, C, O]` instead: a 3x3 kernel in Winograd F(2x2, 3x3) form (stride 1, no dilation, one group; relax-runtime transforms such weights when it loads them) |
+//! | | `w` may be `[16, C, O]` or `[36, C, O]` instead: a 3x3 kernel in Winograd F(2x2, 3x3) or F(4x4, 3x3) form (stride 1, no dilation, one group; relax-runtime transforms such weights when it loads them) |
 //! | `relax_runtime.conv2d_bias` | as `conv2d`, with `bias[O]` after `w` |
 //! | `relax_runtime.conv2d_bn` | as `conv2d`, with `gamma[O], beta[O], mean[O], variance[O], epsilon` after `w` |
 //! | `relax_runtime.<dense or conv2d kernel>_add` | as the kernel, with `residual` (the output's shape) before `out`, added before the activation |
@@ -34,6 +34,7 @@ mod gemm;
 mod panels;
 mod parallel;
 mod rows;
+mod scratch;
 mod simd;
 mod tensor;
 mod winograd;
@@ -47,7 +48,7 @@ use crate::sys;
 pub(crate) use epilogue::Epilogue;
 pub(crate) use panels::{pack as pack_panels, PANEL};
 pub(crate) use tensor::Arguments;
-pub(crate) use winograd::{transform_weights as winograd_weights, TILE_VALUES};
+pub(crate) use winograd::{transform_weights as winograd_weights, Tile as WinogradTile};
 
 /// A kernel: reads its arguments, writes its outputs, or says why it cannot.
 type Kernel = fn(&Arguments<'_>) -> Result<(), String>;

@@ -1,22 +1,62 @@
-//! 3x3 convolutions with stride 1 by Winograd's minimal filtering F(2x2, 3x3): each 2x2
-//! block of output pixels (a tile) takes 16 multiply-adds per filter and channel instead
-//! of 36, 2.25 times fewer, for the price of transforming the input tiles before the
-//! multiplications and the results after them.
+//! 3x3 convolutions with stride 1 by Winograd's minimal filtering F(m x m, 3x3), with
+//! m = 2 or 4: each m x m block of output pixels (a tile) takes (m + 2)² multiply-adds
+//! per filter and channel instead of 9m², 2.25 (m = 2) or 4 (m = 4) times fewer, for the
+//! price of transforming the input tiles before the multiplications and the results
+//! after them.
 //!
-//! With `d` a tile's 4x4 input patch and `g` a 3x3 kernel, the tile's output is
+//! With `d` a tile's (m + 2)² input patch and `g` a 3x3 kernel, the tile's output is
 //! `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`. The weights' part, `U = G g Gᵀ`, is computed once, when
 //! relax-runtime loads the weights ([`transform_weights`]; relax-build marks the weights
-//! it wants so); per call, the 16 elements of `⊙` become 16 matrix multiplications
-//! `M[ξ] = U[ξ] · V[ξ]` (filters x channels by channels x tiles), on blocks of tiles small
-//! enough to stay in cache through all three steps.
+//! it wants so); per call, the (m + 2)² elements of `⊙` become as many matrix
+//! multiplications `M[ξ] = U[ξ] · V[ξ]` (filters x channels by channels x tiles), on
+//! blocks of tiles small enough to stay in cache through all three steps. F(4x4, 3x3)
+//! also moves fewer values through the transforms per output pixel (36 per 16 pixels
+//! against 16 per 4), which is what makes it pay at 64 channels; its transforms'
+//! constants are those of Lavin and Gray, "Fast Algorithms for Convolutional Neural
+//! Networks" (2016).
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use super::gemm::multiply;
 use super::parallel::{chunk, Executor, Shared};
+use super::scratch::{prefix, reuse};
 
-/// Values of a transformed tile (4x4).
-pub(crate) const TILE_VALUES: usize = 16;
+/// A Winograd variant: the side of its output tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tile {
+    /// F(2x2, 3x3): 4x4 input patches, 16 values per transformed tile.
+    Two,
+    /// F(4x4, 3x3): 6x6 input patches, 36 values per transformed tile.
+    Four,
+}
+
+impl Tile {
+    /// Output pixels per side of a tile (m).
+    pub(crate) fn output(self) -> usize {
+        match self {
+            Tile::Two => 2,
+            Tile::Four => 4,
+        }
+    }
+
+    /// Input pixels per side of a tile's patch (m + 2).
+    fn input(self) -> usize {
+        self.output() + 2
+    }
+
+    /// Values of a transformed tile or kernel: the multiplications per tile.
+    pub(crate) fn values(self) -> usize {
+        self.input() * self.input()
+    }
+
+    /// The variant whose transformed kernels have `values` values per kernel.
+    pub(crate) fn of_values(values: usize) -> Option<Tile> {
+        [Tile::Two, Tile::Four]
+            .into_iter()
+            .find(|tile| tile.values() == values)
+    }
+}
 
 /// The transformed input of one block of tiles stays within this many bytes (it is
 /// read once per block of filters).
@@ -30,29 +70,45 @@ const WIDE_TILES: usize = 64;
 const FILTER_BLOCK: usize = 64;
 
 /// `U = G g Gᵀ` of every 3x3 kernel of `weights` (`[filters, channels, 3, 3]`), laid out
-/// `[16, channels, filters]` (filters contiguous: the multiplications stream them).
-pub(crate) fn transform_weights(weights: &[f32], filters: usize, channels: usize) -> Vec<f32> {
-    const G: [[f32; 3]; 4] = [
+/// `[values, channels, filters]` (filters contiguous: the multiplications stream them).
+pub(crate) fn transform_weights(
+    weights: &[f32],
+    filters: usize,
+    channels: usize,
+    tile: Tile,
+) -> Vec<f32> {
+    const G2: [[f64; 3]; 4] = [
         [1.0, 0.0, 0.0],
         [0.5, 0.5, 0.5],
         [0.5, -0.5, 0.5],
         [0.0, 0.0, 1.0],
     ];
-    let mut out = vec![0.0; TILE_VALUES * filters * channels];
+    const G4: [[f64; 3]; 6] = [
+        [1.0 / 4.0, 0.0, 0.0],
+        [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+        [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+        [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+        [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+        [0.0, 0.0, 1.0],
+    ];
+    let g: &[[f64; 3]] = match tile {
+        Tile::Two => &G2,
+        Tile::Four => &G4,
+    };
+    let side = g.len();
+    let mut out = vec![0.0; tile.values() * filters * channels];
     for (index, kernel) in weights.chunks_exact(9).enumerate().take(filters * channels) {
-        // G g: 4x3.
-        let mut left = [[0f32; 3]; 4];
-        for (row, g_row) in left.iter_mut().zip(&G) {
-            for (column, value) in row.iter_mut().enumerate() {
-                *value = (0..3).map(|i| g_row[i] * kernel[i * 3 + column]).sum();
-            }
-        }
-        // (G g) Gᵀ: 4x4.
-        for (i, left_row) in left.iter().enumerate() {
-            for (j, g_row) in G.iter().enumerate() {
-                let value: f32 = (0..3).map(|t| left_row[t] * g_row[t]).sum();
-                let (filter, channel) = (index / channels, index % channels);
-                out[((i * 4 + j) * channels + channel) * filters + filter] = value;
+        let (filter, channel) = (index / channels, index % channels);
+        for (i, g_i) in g.iter().enumerate() {
+            // Row i of G g: 3 values.
+            let left: [f64; 3] = std::array::from_fn(|column| {
+                (0..3)
+                    .map(|t| g_i[t] * f64::from(kernel[t * 3 + column]))
+                    .sum()
+            });
+            for (j, g_j) in g.iter().enumerate() {
+                let value: f64 = (0..3).map(|t| left[t] * g_j[t]).sum();
+                out[((i * side + j) * channels + channel) * filters + filter] = value as f32;
             }
         }
     }
@@ -73,20 +129,23 @@ pub(crate) struct Plan {
     pub(crate) pad_left: usize,
     pub(crate) output_height: usize,
     pub(crate) output_width: usize,
+    pub(crate) tile: Tile,
 }
 
 impl Plan {
     fn tiles(&self) -> (usize, usize) {
+        let side = self.tile.output();
         (
-            self.output_height.div_ceil(2),
-            self.output_width.div_ceil(2),
+            self.output_height.div_ceil(side),
+            self.output_width.div_ceil(side),
         )
     }
 
     /// Tile rows per block: the transformed input within `INPUT_BLOCK_BYTES`, at least one.
     fn rows_per_block(&self) -> usize {
         let (_, tile_columns) = self.tiles();
-        let per_row = TILE_VALUES * self.channels * tile_columns * std::mem::size_of::<f32>();
+        let per_row =
+            self.tile.values() * self.channels * tile_columns * std::mem::size_of::<f32>();
         (INPUT_BLOCK_BYTES / per_row.max(1)).max(1)
     }
 }
@@ -95,11 +154,25 @@ impl Plan {
 /// first pixel of the run in the filter's plane, values)`, in place.
 pub(crate) type Finish<'a> = &'a (dyn Fn(usize, usize, usize, &mut [f32]) + Sync);
 
+/// Below this many tile rows (over all images), the tasks split the filters instead of
+/// the rows: rows would split unevenly (7 rows on 2 threads are 4 + 3).
+const MIN_ROWS_TO_SPLIT: usize = 12;
+
+thread_local! {
+    /// The buffers of the tasks that run on this thread.
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
+}
+
 /// `out = finish(conv3x3(x, w))` with `u` the weights' transform ([`transform_weights`]).
 ///
+/// With enough tile rows, each task takes a near-equal share of them, for every filter;
+/// with fewer, each task takes a share of the filters and transforms the whole input
+/// itself (sharing one transform between the tasks, which then read the other's half
+/// from its core, measured slower on ResNet-50's 14x14 layers).
+///
 /// # Safety
-/// `x` holds `batch x channels x height x width`, `u` `16 x channels x filters`, `out`
-/// `batch x filters x output_height x output_width`, valid for the call, and `out`
+/// `x` holds `batch x channels x height x width`, `u` `values x channels x filters`,
+/// `out` `batch x filters x output_height x output_width`, valid for the call, and `out`
 /// overlaps neither.
 pub(crate) unsafe fn winograd_into(
     plan: &Plan,
@@ -109,109 +182,112 @@ pub(crate) unsafe fn winograd_into(
     finish: Finish<'_>,
     executor: Executor,
 ) -> Result<(), String> {
-    let (tile_rows, _) = plan.tiles();
+    let (tile_rows, tile_columns) = plan.tiles();
+    let (channels, values) = (plan.channels, plan.tile.values());
+    let plane = plan.height * plan.width;
     let rows_per_block = plan.rows_per_block();
-    let blocks_per_image = tile_rows.div_ceil(rows_per_block);
-    let blocks = plan.batch * blocks_per_image;
+    let total_rows = plan.batch * tile_rows;
     let (x, u) = (Shared(x.cast_mut()), Shared(u.cast_mut()));
     executor(false, &|task, tasks| {
-        // Enough blocks: each task takes whole blocks; else each takes a share of the
-        // filters of every block (transforming the same input).
-        let (my_blocks, filters) = if blocks >= 2 * tasks {
-            (chunk(blocks, tasks, task, 1), 0..plan.filters)
+        let (mine, filters) = if total_rows >= MIN_ROWS_TO_SPLIT {
+            (chunk(total_rows, tasks, task, 1), 0..plan.filters)
         } else {
-            (0..blocks, chunk(plan.filters, tasks, task, 16))
+            (0..total_rows, chunk(plan.filters, tasks, task, 16))
         };
-        if my_blocks.is_empty() || filters.is_empty() {
+        if mine.is_empty() || filters.is_empty() {
             return;
         }
-        let mut scratch = Scratch::default();
-        for block in my_blocks {
-            let image = block / blocks_per_image;
-            let first_row = block % blocks_per_image * rows_per_block;
-            let rows = first_row..(first_row + rows_per_block).min(tile_rows);
-            // SAFETY: the pointers address the checked tensors (this function's
-            // contract); this task writes the output pixels of its block and filters only.
-            unsafe {
-                run_block(
-                    plan,
-                    x,
-                    u,
-                    out,
-                    image,
-                    rows,
-                    filters.clone(),
-                    &mut scratch,
-                    finish,
-                )
-            };
-        }
+        reuse(&SCRATCH, |scratch| {
+            // The rows of each image, in near-equal blocks of at most `rows_per_block`.
+            let mut row = mine.start;
+            while row < mine.end {
+                let (image, first) = (row / tile_rows, row % tile_rows);
+                let length = (tile_rows - first).min(mine.end - row);
+                // SAFETY: image `image`'s planes of the checked input, read only.
+                let input = unsafe {
+                    std::slice::from_raw_parts(
+                        x.at(image * channels * plane).cast_const(),
+                        channels * plane,
+                    )
+                };
+                let blocks = length.div_ceil(rows_per_block);
+                for block in 0..blocks {
+                    let rows = chunk(length, blocks, block, 1);
+                    let rows = first + rows.start..first + rows.end;
+                    let tiles = rows.len() * tile_columns;
+                    let v = prefix(&mut scratch.input, values * channels * tiles);
+                    transform_input(plan, input, rows.clone(), v, &mut scratch.padded);
+                    let block = Block {
+                        image,
+                        rows,
+                        filters: filters.clone(),
+                    };
+                    // SAFETY: the pointers address the checked tensors (this function's
+                    // contract); this task writes the outputs of its rows and filters only.
+                    unsafe { run(plan, v, u, out, &block, &mut scratch.results, finish) };
+                }
+                row += length;
+            }
+        })
     })
 }
 
-/// Buffers one task reuses from block to block.
+/// Buffers one task reuses from block to block (and, kept per thread, from call to call).
 #[derive(Default)]
 struct Scratch {
-    /// `[16, channels, tiles]`.
+    /// `[values, channels, tiles]`.
     input: Vec<f32>,
-    /// `[16, filters of a block, tiles]`.
-    products: Vec<f32>,
-    /// Four padded input rows.
+    /// The phases of the input rows under a tile row.
     padded: Vec<f32>,
-    /// Two output rows.
+    results: Results,
+}
+
+/// The buffers of the multiplications and the output transform.
+#[derive(Default)]
+struct Results {
+    /// `[values, filters of a block, tiles]`.
+    products: Vec<f32>,
+    /// The output rows of a tile row.
     output_rows: Vec<f32>,
     /// One product as `[tiles, filters]`, when there are few tiles.
     transposed: Vec<f32>,
 }
 
-/// One block: the tiles of rows `rows` of image `image`, for filters `filters`.
-///
-/// # Safety
-/// As [`winograd_into`]; no other thread writes these filters' outputs in these rows.
-#[allow(clippy::too_many_arguments)]
-unsafe fn run_block(
-    plan: &Plan,
-    x: Shared,
-    u: Shared,
-    out: Shared,
+/// The output one task computes at a time: tile rows `rows` of image `image`, for
+/// filters `filters`.
+struct Block {
     image: usize,
     rows: Range<usize>,
     filters: Range<usize>,
-    scratch: &mut Scratch,
+}
+
+/// The multiplications and output transforms of one block, with `v` its tile rows'
+/// transformed input (`[values, channels, tiles]`).
+///
+/// # Safety
+/// As [`winograd_into`]; no other thread writes these filters' outputs in these rows.
+unsafe fn run(
+    plan: &Plan,
+    v: &[f32],
+    u: Shared,
+    out: Shared,
+    block: &Block,
+    scratch: &mut Results,
     finish: Finish<'_>,
 ) {
     let (_, tile_columns) = plan.tiles();
+    let (image, rows, filters) = (block.image, block.rows.clone(), block.filters.clone());
     let tiles = rows.len() * tile_columns;
     let channels = plan.channels;
-    let plane = plan.height * plan.width;
-    scratch.input.resize(TILE_VALUES * channels * tiles, 0.0);
-    // SAFETY: image `image`'s planes of the checked input, read only.
-    let input = unsafe {
-        std::slice::from_raw_parts(
-            x.at(image * channels * plane).cast_const(),
-            channels * plane,
-        )
-    };
-    transform_input(
-        plan,
-        input,
-        rows.clone(),
-        &mut scratch.input,
-        &mut scratch.padded,
-    );
+    let values = plan.tile.values();
     let output_plane = plan.output_height * plan.output_width;
     for block_start in filters.clone().step_by(FILTER_BLOCK) {
         let block = block_start..(block_start + FILTER_BLOCK).min(filters.end);
-        scratch
-            .products
-            .resize(TILE_VALUES * block.len() * tiles, 0.0);
-        let products = Shared(scratch.products.as_mut_ptr());
+        let count = values * block.len() * tiles;
+        let products = Shared(prefix(&mut scratch.products, count).as_mut_ptr());
         let wide_tiles = tiles >= WIDE_TILES;
-        if !wide_tiles {
-            scratch.transposed.resize(block.len() * tiles, 0.0);
-        }
-        for xi in 0..TILE_VALUES {
-            let v = scratch.input[xi * channels * tiles..].as_ptr();
+        for xi in 0..values {
+            let v = v[xi * channels * tiles..].as_ptr();
             // U[ξ][channel][filter], from this block's first filter.
             let u_block = u
                 .at(xi * channels * plan.filters + block.start)
@@ -234,13 +310,13 @@ unsafe fn run_block(
             }
             // Few tiles: the product is computed as [tiles, filters] (filters are the
             // microkernel's wide axis), then transposed.
-            let transposed = scratch.transposed.as_mut_ptr();
+            let transposed = prefix(&mut scratch.transposed, block.len() * tiles);
             // SAFETY: V[ξ] read as its transpose (tiles x channels), U[ξ]'s block
             // (channels x block filters), into this task's own tiles x filters buffer.
             unsafe {
                 multiply(
                     (tiles, block.len(), channels),
-                    (transposed, 1, block.len()),
+                    (transposed.as_mut_ptr(), 1, block.len()),
                     (v, tiles, 1),
                     (u_block, 1, plan.filters),
                     1.0,
@@ -248,31 +324,34 @@ unsafe fn run_block(
             };
             // SAFETY: this block's ξ-th product buffer, this task's alone.
             let product = unsafe { std::slice::from_raw_parts_mut(product, block.len() * tiles) };
-            for (tile, row) in scratch.transposed.chunks_exact(block.len()).enumerate() {
+            for (tile, row) in transposed.chunks_exact(block.len()).enumerate() {
                 for (filter, value) in row.iter().enumerate() {
                     product[filter * tiles + tile] = *value;
                 }
             }
         }
+        let products = &scratch.products[..count];
         for (index, filter) in block.clone().enumerate() {
             let first_output = (image * plan.filters + filter) * output_plane;
             for (row_index, tile_row) in rows.clone().enumerate() {
                 let offset = index * tiles + row_index * tile_columns;
-                transform_output(
-                    &scratch.products,
-                    block.len() * tiles,
-                    offset,
-                    tile_columns,
-                    &mut scratch.output_rows,
-                );
-                for half in 0..2 {
-                    let y = 2 * tile_row + half;
+                let side = plan.tile.output();
+                let rows_out = prefix(&mut scratch.output_rows, side * side * tile_columns);
+                let stride = block.len() * tiles;
+                match plan.tile {
+                    Tile::Two => transform_output(products, stride, offset, tile_columns, rows_out),
+                    Tile::Four => {
+                        transform_output4(products, stride, offset, tile_columns, rows_out)
+                    }
+                }
+                for line in 0..side {
+                    let y = side * tile_row + line;
                     if y >= plan.output_height {
                         break;
                     }
                     let pixel = y * plan.output_width;
-                    let source = &scratch.output_rows
-                        [half * 2 * tile_columns..half * 2 * tile_columns + plan.output_width];
+                    let first = line * side * tile_columns;
+                    let source = &rows_out[first..first + plan.output_width];
                     // SAFETY: row `y` of this filter's output plane, written by this
                     // task only (its block's rows, its filters).
                     let destination = unsafe {
@@ -303,46 +382,45 @@ fn transform_input(
 ) {
     let (_, tile_columns) = plan.tiles();
     let tiles = rows.len() * tile_columns;
-    // Each of the 4 input rows under a tile row, zero-padded and split into its even
-    // and odd columns (from column -pad_left), so that every patch column is a
-    // contiguous run over the tiles.
+    let (side, patch) = (plan.tile.output(), plan.tile.input());
+    // Each of the input rows under a tile row, zero-padded and split into `side` phases
+    // (the columns at positions p, p + side, p + 2 side, ... from column -pad_left), so
+    // that every patch column is a contiguous run over the tiles: column k of tile t is
+    // phase k % side at t + k / side.
     let half = tile_columns.next_multiple_of(LANES) + 1;
-    padded.resize(8 * half, 0.0);
+    let padded = prefix(padded, patch * side * half);
     let plane = plan.height * plan.width;
     let stride = plan.channels * tiles;
+    // Input column c sits at padded position c + pad_left; the columns that fit.
+    let fitting = plan.width.min((side * half).saturating_sub(plan.pad_left));
     for channel in 0..plan.channels {
         let source = &input[channel * plane..(channel + 1) * plane];
         for (row_index, tile_row) in rows.clone().enumerate() {
-            for i in 0..4 {
-                let (even, odd) = padded[2 * i * half..(2 * i + 2) * half].split_at_mut(half);
-                even.fill(0.0);
-                odd.fill(0.0);
-                let y = (2 * tile_row + i) as isize - plan.pad_top as isize;
+            for i in 0..patch {
+                let lines = &mut padded[i * side * half..(i + 1) * side * half];
+                lines.fill(0.0);
+                let y = (side * tile_row + i) as isize - plan.pad_top as isize;
                 if y < 0 || y as usize >= plan.height {
                     continue;
                 }
-                // Input column c sits at padded position c + pad_left; the columns that
-                // fit go to the even or odd half by that position's parity.
-                let fitting = plan.width.min((2 * half).saturating_sub(plan.pad_left));
                 let line = &source[y as usize * plan.width..][..fitting];
-                let parity = plan.pad_left % 2;
-                let even_start = (plan.pad_left + parity) / 2;
-                let odd_start = (plan.pad_left - parity) / 2;
-                for (slot, &value) in even[even_start..]
-                    .iter_mut()
-                    .zip(line.iter().skip(parity).step_by(2))
-                {
-                    *slot = value;
-                }
-                for (slot, &value) in odd[odd_start..]
-                    .iter_mut()
-                    .zip(line.iter().skip(1 - parity).step_by(2))
-                {
-                    *slot = value;
+                for (phase, phase_line) in lines.chunks_exact_mut(half).enumerate() {
+                    // The first input column at this phase, and its place in the phase.
+                    let first = (phase + side - plan.pad_left % side) % side;
+                    let start = (first + plan.pad_left) / side;
+                    for (slot, &value) in phase_line[start..]
+                        .iter_mut()
+                        .zip(line.iter().skip(first).step_by(side))
+                    {
+                        *slot = value;
+                    }
                 }
             }
             let base = channel * tiles + row_index * tile_columns;
-            transform_tile_row(padded, half, tile_columns, v, stride, base);
+            match plan.tile {
+                Tile::Two => transform_tile_row(padded, half, tile_columns, v, stride, base),
+                Tile::Four => transform_tile_row4(padded, half, tile_columns, v, stride, base),
+            }
         }
     }
 }
@@ -416,9 +494,8 @@ super::simd::multiversion! {
         stride: usize,
         offset: usize,
         tile_columns: usize,
-        rows: &mut Vec<f32>,
+        rows: &mut [f32],
     ) {
-        rows.resize(4 * tile_columns, 0.0);
         let (top, bottom) = rows.split_at_mut(2 * tile_columns);
         for first in (0..tile_columns).step_by(LANES) {
             let count = LANES.min(tile_columns - first);
@@ -446,6 +523,118 @@ super::simd::multiversion! {
                 top[2 * column + 1] = y[1][lane];
                 bottom[2 * column] = y[2][lane];
                 bottom[2 * column + 1] = y[3][lane];
+            }
+        }
+    }
+}
+
+/// `Bᵀ x` for F(4x4, 3x3), lane by lane: the 6 values of one patch row or column.
+#[inline(always)]
+fn input_transform4(x: &[[f32; LANES]; 6]) -> [[f32; LANES]; 6] {
+    let mut out = [[0f32; LANES]; 6];
+    for lane in 0..LANES {
+        let [x0, x1, x2, x3, x4, x5] = [0, 1, 2, 3, 4, 5].map(|i| x[i][lane]);
+        out[0][lane] = 4.0 * x0 - 5.0 * x2 + x4;
+        out[1][lane] = -4.0 * (x1 + x2) + x3 + x4;
+        out[2][lane] = 4.0 * (x1 - x2) - x3 + x4;
+        out[3][lane] = 2.0 * (x3 - x1) - x2 + x4;
+        out[4][lane] = 2.0 * (x1 - x3) - x2 + x4;
+        out[5][lane] = 4.0 * x1 - 5.0 * x3 + x5;
+    }
+    out
+}
+
+/// `Aᵀ x` for F(4x4, 3x3), lane by lane: 6 values of one product row or column to 4.
+#[inline(always)]
+fn output_transform4(x: &[[f32; LANES]; 6]) -> [[f32; LANES]; 4] {
+    let mut out = [[0f32; LANES]; 4];
+    for lane in 0..LANES {
+        let [x0, x1, x2, x3, x4, x5] = [0, 1, 2, 3, 4, 5].map(|i| x[i][lane]);
+        let (sum12, difference12) = (x1 + x2, x1 - x2);
+        let (sum34, difference34) = (x3 + x4, x3 - x4);
+        out[0][lane] = x0 + sum12 + sum34;
+        out[1][lane] = difference12 + 2.0 * difference34;
+        out[2][lane] = sum12 + 4.0 * sum34;
+        out[3][lane] = difference12 + 8.0 * difference34 + x5;
+    }
+    out
+}
+
+super::simd::multiversion! {
+    // k indexes both the patch columns and the transposed results.
+    #[allow(clippy::needless_range_loop)]
+    /// F(4x4, 3x3)'s input transforms of one row of tiles from its 6 rows' 4 phases
+    /// (`padded`: row 0 phases 0-3, row 1 phases 0-3, ... each `half` long).
+    fn transform_tile_row4(
+        padded: &[f32],
+        half: usize,
+        tile_columns: usize,
+        v: &mut [f32],
+        stride: usize,
+        base: usize,
+    ) {
+        for first in (0..tile_columns).step_by(LANES) {
+            let count = LANES.min(tile_columns - first);
+            // Bᵀ d per patch column k (down the 6 rows): rows[a][k].
+            let mut rows = [[[0f32; LANES]; 6]; 6];
+            for k in 0..6 {
+                let column: [[f32; LANES]; 6] = std::array::from_fn(|i| {
+                    let at = (i * 4 + k % 4) * half + first + k / 4;
+                    padded[at..at + LANES].try_into().expect("LANES values")
+                });
+                for (a, value) in input_transform4(&column).into_iter().enumerate() {
+                    rows[a][k] = value;
+                }
+            }
+            // (Bᵀ d) B: the same transform along each row a.
+            for (a, row) in rows.iter().enumerate() {
+                for (b, values) in input_transform4(row).iter().enumerate() {
+                    let at = (a * 6 + b) * stride + base + first;
+                    v[at..at + count].copy_from_slice(&values[..count]);
+                }
+            }
+        }
+    }
+}
+
+super::simd::multiversion! {
+    // k indexes both the patch columns and the transposed results.
+    #[allow(clippy::needless_range_loop)]
+    /// F(4x4, 3x3)'s `Aᵀ m A` of the tiles of one tile row of one filter:
+    /// `products[ξ * stride + offset + column]` -> four output rows of `4 * tile_columns`
+    /// pixels, one after the other.
+    fn transform_output4(
+        products: &[f32],
+        stride: usize,
+        offset: usize,
+        tile_columns: usize,
+        rows: &mut [f32],
+    ) {
+        let width = 4 * tile_columns;
+        for first in (0..tile_columns).step_by(LANES) {
+            let count = LANES.min(tile_columns - first);
+            // Aᵀ m per column k (down the 6 rows): partial[r][k].
+            let mut partial = [[[0f32; LANES]; 6]; 4];
+            for k in 0..6 {
+                let column: [[f32; LANES]; 6] = std::array::from_fn(|i| {
+                    let at = (i * 6 + k) * stride + offset + first;
+                    let mut values = [0f32; LANES];
+                    values[..count].copy_from_slice(&products[at..at + count]);
+                    values
+                });
+                for (r, value) in output_transform4(&column).into_iter().enumerate() {
+                    partial[r][k] = value;
+                }
+            }
+            for (r, partial) in partial.iter().enumerate() {
+                let y = output_transform4(partial);
+                let line = &mut rows[r * width..(r + 1) * width];
+                for lane in 0..count {
+                    let column = 4 * (first + lane);
+                    for (c, y) in y.iter().enumerate() {
+                        line[column + c] = y[lane];
+                    }
+                }
             }
         }
     }

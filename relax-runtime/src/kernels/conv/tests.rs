@@ -141,32 +141,34 @@ fn convolutions_match_naive_loops() {
             // kernel in Winograd form.
             let winograd_fits = case.kernel == (3, 3)
                 && (case.stride, case.dilation, case.groups) == ((1, 1), (1, 1), 1);
-            let mut algorithms: Vec<(&str, Convolve, Vec<f32>)> =
-                vec![("im2col", conv2d_into, w.clone())];
+            let mut algorithms = vec![(Algorithm::Unfolded, w.clone())];
             if winograd_fits {
-                let u = crate::kernels::winograd_weights(&w, case.filters, case.channels);
-                algorithms.push(("Winograd", winograd_conv, u));
+                for tile in [Tile::Two, Tile::Four] {
+                    let u = crate::kernels::winograd_weights(&w, case.filters, case.channels, tile);
+                    algorithms.push((Algorithm::Winograd(tile), u));
+                }
             }
-            for (algorithm, convolve, weights) in algorithms {
+            for (algorithm, weights) in algorithms {
                 let mut out = vec![f32::NAN; case.batch * case.filters * oh * ow];
                 // SAFETY: the buffers have the sizes `case` describes.
                 unsafe {
-                    convolve(
-                        &case,
-                        x.as_ptr(),
-                        weights.as_ptr(),
-                        per_filter,
-                        residual,
-                        epilogue,
-                        Shared(out.as_mut_ptr()),
-                        three_threads,
-                    )
-                    .unwrap()
+                    algorithm
+                        .convolve(
+                            &case,
+                            x.as_ptr(),
+                            weights.as_ptr(),
+                            per_filter,
+                            residual,
+                            epilogue,
+                            Shared(out.as_mut_ptr()),
+                            three_threads,
+                        )
+                        .unwrap()
                 };
                 assert_close(
                     &out,
                     &expected,
-                    &format!("{algorithm} {case:?} {epilogue:?}"),
+                    &format!("{algorithm:?} {case:?} {epilogue:?}"),
                 );
             }
         }

@@ -58,6 +58,7 @@ fn plan(
         pad_left: left,
         output_height: size.0 + top + bottom - 2,
         output_width: size.1 + left + right - 2,
+        tile: Tile::Two,
     }
 }
 
@@ -70,7 +71,7 @@ fn run(plan: &Plan, x: &[f32], u: &[f32], finish: Finish<'_>) -> Vec<f32> {
         x.len(),
         plan.batch * plan.channels * plan.height * plan.width
     );
-    assert_eq!(u.len(), TILE_VALUES * plan.channels * plan.filters);
+    assert_eq!(u.len(), plan.tile.values() * plan.channels * plan.filters);
     // SAFETY: the buffers have the plan's sizes (checked above).
     unsafe {
         winograd_into(
@@ -98,15 +99,21 @@ fn winograd_matches_a_naive_convolution() {
         plan(1, 8, (9, 9), 130, [1, 1, 1, 1]),
         plan(1, 1, (3, 3), 1, [0, 0, 0, 0]),
         plan(3, 64, (30, 30), 8, [1, 1, 1, 1]),
+        // 14 tile rows split by rows over 3 tasks: a task's rows span both images.
+        plan(2, 4, (14, 14), 5, [1, 1, 1, 1]),
     ];
-    for plan in cases {
+
+    for plan in cases
+        .into_iter()
+        .flat_map(|plan| [Tile::Two, Tile::Four].map(|tile| Plan { tile, ..plan }))
+    {
         let x = test_values(
             plan.batch * plan.channels * plan.height * plan.width,
             1,
             1.0,
         );
         let w = test_values(plan.filters * plan.channels * 9, 2, 1.0);
-        let u = transform_weights(&w, plan.filters, plan.channels);
+        let u = transform_weights(&w, plan.filters, plan.channels, plan.tile);
         let expected = naive(&plan, &x, &w);
         let out = run(&plan, &x, &u, &|_, _, _, _| {});
         for (index, (actual, expected)) in out.iter().zip(&expected).enumerate() {
@@ -121,28 +128,34 @@ fn winograd_matches_a_naive_convolution() {
 
 #[test]
 fn finish_sees_every_output_pixel_once_in_row_runs() {
-    let plan = plan(2, 2, (5, 7), 3, [1, 1, 1, 1]);
-    let x = test_values(
-        plan.batch * plan.channels * plan.height * plan.width,
-        3,
-        1.0,
-    );
-    let u = transform_weights(&test_values(plan.filters * plan.channels * 9, 4, 1.0), 3, 2);
-    let seen = std::sync::Mutex::new(Vec::new());
-    let finish = |image: usize, filter: usize, pixel: usize, values: &mut [f32]| {
-        assert_eq!(values.len(), plan.output_width);
-        assert_eq!(pixel % plan.output_width, 0);
-        values.iter_mut().for_each(|value| *value = 1.0);
-        seen.lock().unwrap().push((image, filter, pixel));
-    };
-    let out = run(&plan, &x, &u, &finish);
-    let mut seen = seen.into_inner().unwrap();
-    seen.sort();
-    let expected: Vec<_> = (0..2)
-        .flat_map(|image| {
-            (0..3).flat_map(move |filter| (0..5).map(move |row| (image, filter, row * 7)))
-        })
-        .collect();
-    assert_eq!(seen, expected);
-    assert!(out.iter().all(|&value| value == 1.0));
+    for tile in [Tile::Two, Tile::Four] {
+        let plan = Plan {
+            tile,
+            ..plan(2, 2, (5, 7), 3, [1, 1, 1, 1])
+        };
+        let x = test_values(
+            plan.batch * plan.channels * plan.height * plan.width,
+            3,
+            1.0,
+        );
+        let w = test_values(plan.filters * plan.channels * 9, 4, 1.0);
+        let u = transform_weights(&w, 3, 2, tile);
+        let seen = std::sync::Mutex::new(Vec::new());
+        let finish = |image: usize, filter: usize, pixel: usize, values: &mut [f32]| {
+            assert_eq!(values.len(), plan.output_width);
+            assert_eq!(pixel % plan.output_width, 0);
+            values.iter_mut().for_each(|value| *value = 1.0);
+            seen.lock().unwrap().push((image, filter, pixel));
+        };
+        let out = run(&plan, &x, &u, &finish);
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort();
+        let expected: Vec<_> = (0..2)
+            .flat_map(|image| {
+                (0..3).flat_map(move |filter| (0..5).map(move |row| (image, filter, row * 7)))
+            })
+            .collect();
+        assert_eq!(seen, expected, "{tile:?}");
+        assert!(out.iter().all(|&value| value == 1.0));
+    }
 }
