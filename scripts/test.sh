@@ -31,6 +31,10 @@ cargo run --release -p relax-bench -- --quick
 cargo run --release -p relax-bench --bin soak -- --quick
 cargo test --workspace --no-fail-fast
 cargo test -p relax-runtime --features half,ndarray
+# relax-runtime's own tests (its kernels against naive loops: Winograd, panels,
+# convolutions...) on aarch64 too, where the kernels take their portable paths, under qemu.
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+  cargo test -p relax-runtime --lib --target aarch64-unknown-linux-gnu
 # The crates package and would publish (dependencies by version, the driver and docs included).
 cargo publish --dry-run --allow-dirty -p relax-runtime-macros -p relax-runtime -p relax-build -p cargo-relax
 
