@@ -66,7 +66,7 @@ const INPUT_BLOCK_BYTES: usize = 512 * 1024;
 /// AVX-512 microkernel covers 64 values of it at a time).
 const WIDE_TILES: usize = 64;
 
-/// Filters per block of the multiplications' results (`16 x FILTER_BLOCK x tiles`).
+/// Filters per block of the multiplications' results (`values x FILTER_BLOCK x tiles`).
 const FILTER_BLOCK: usize = 64;
 
 /// `U = G g Gᵀ` of every 3x3 kernel of `weights` (`[filters, channels, 3, 3]`), laid out
