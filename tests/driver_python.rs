@@ -1,5 +1,6 @@
-//! The compile driver's Python unit tests (helpers that need no TVM), run with the
-//! toolchain's Python so that CI runs them with the rest.
+//! The compile driver's Python unit tests (its helpers, the ONNX preparation and the
+//! offload's choice of weight layouts), run with the toolchain's Python (which has TVM)
+//! so that CI runs them with the rest.
 
 use relax_cargo_tests::{assert_success, stderr, toolchain_python, workspace_root};
 

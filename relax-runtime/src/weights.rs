@@ -242,19 +242,29 @@ mod tests {
     #[test]
     fn a_winograd_weight_of_the_wrong_shape_is_an_error() {
         let values = vec![0f32; 18];
-        for (shape, expected) in [
-            ("[16, 2, 2]", "but the model expects float32[2, 2, 3, 3]"),
-            ("[16, 2]", "which that layout cannot be"),
-            ("[9, 1, 2]", "which that layout cannot be"),
-            ("[36, 1, 2]", "which that layout cannot be"),
+        for (shape, layout, expected) in [
+            (
+                "[16, 2, 2]",
+                "winograd",
+                "but the model expects float32[2, 2, 3, 3]",
+            ),
+            (
+                "[36, 2, 2]",
+                "winograd4",
+                "but the model expects float32[2, 2, 3, 3]",
+            ),
+            ("[16, 2]", "winograd", "which that layout cannot be"),
+            ("[9, 1, 2]", "winograd", "which that layout cannot be"),
+            ("[36, 1, 2]", "winograd", "which that layout cannot be"),
+            ("[16, 1, 2]", "winograd4", "which that layout cannot be"),
         ] {
             let error = load(
-                &kernels_signature(shape, "winograd"),
+                &kernels_signature(shape, layout),
                 Some(&kernels_file(&values)),
             )
             .unwrap_err()
             .to_string();
-            assert!(error.contains(expected), "{shape}: {error}");
+            assert!(error.contains(expected), "{shape} {layout}: {error}");
         }
     }
 }

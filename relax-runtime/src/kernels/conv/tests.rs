@@ -206,3 +206,85 @@ fn a_kernel_larger_than_the_padded_input_has_no_output() {
     assert_eq!(shape(1, 2, 1, 5, 1, 0, 1, 1).output(), None);
     assert_eq!(shape(1, 224, 1, 7, 2, 3, 1, 1).output(), Some((112, 113)));
 }
+
+/// A float32 CPU tensor over `data` with `shape`, as TVM passes it.
+fn dl_tensor(data: &mut [f32], shape: &mut [i64]) -> crate::sys::DLTensor {
+    crate::sys::DLTensor {
+        data: data.as_mut_ptr().cast(),
+        device: crate::sys::DLDevice {
+            device_type: crate::sys::DLDeviceType_kDLCPU,
+            device_id: 0,
+        },
+        ndim: shape.len() as i32,
+        dtype: crate::sys::DLDataType {
+            code: crate::sys::DLDataTypeCode_kDLFloat as u8,
+            bits: 32,
+            lanes: 1,
+        },
+        shape: shape.as_mut_ptr(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    }
+}
+
+fn tensor_argument(tensor: &crate::sys::DLTensor) -> crate::sys::TVMFFIAny {
+    crate::sys::TVMFFIAny {
+        type_index: crate::sys::TVMFFITypeIndex_kTVMFFIDLTensorPtr,
+        __bindgen_anon_1: crate::sys::TVMFFIAny__bindgen_ty_1 { zero_padding: 0 },
+        __bindgen_anon_2: crate::sys::TVMFFIAny__bindgen_ty_2 {
+            v_ptr: (tensor as *const crate::sys::DLTensor).cast_mut().cast(),
+        },
+    }
+}
+
+fn int_argument(value: i64) -> crate::sys::TVMFFIAny {
+    crate::sys::TVMFFIAny {
+        type_index: crate::sys::TVMFFITypeIndex_kTVMFFIInt,
+        __bindgen_anon_1: crate::sys::TVMFFIAny__bindgen_ty_1 { zero_padding: 0 },
+        __bindgen_anon_2: crate::sys::TVMFFIAny__bindgen_ty_2 { v_int64: value },
+    }
+}
+
+/// `relax_runtime.conv2d` of a 1x2x6x6 input with 3 filters, stride `stride`, padding
+/// 1 and the kernel `w` of shape `w_shape`.
+fn call_conv2d(w: &mut [f32], w_shape: &mut [i64], stride: i64) -> Result<Vec<f32>, String> {
+    let mut x = values(72, 1);
+    let size = (6 + 2 - 3) / stride + 1;
+    let mut out = vec![f32::NAN; 3 * (size * size) as usize];
+    let (mut x_shape, mut out_shape) = ([1i64, 2, 6, 6], [1i64, 3, size, size]);
+    let tensors = [
+        dl_tensor(&mut x, &mut x_shape),
+        dl_tensor(w, w_shape),
+        dl_tensor(&mut out, &mut out_shape),
+    ];
+    let mut args = vec![tensor_argument(&tensors[0]), tensor_argument(&tensors[1])];
+    // strides, padding (top, left, bottom, right), dilation, groups, epilogue.
+    args.extend([stride, stride, 1, 1, 1, 1, 1, 1, 1, 0].map(int_argument));
+    args.push(tensor_argument(&tensors[2]));
+    conv2d(&Arguments::new("relax_runtime.conv2d", &args))?;
+    Ok(out)
+}
+
+#[test]
+fn the_kernel_takes_either_winograd_form_and_refuses_other_ones() {
+    let w = values(3 * 2 * 9, 2);
+    let direct = call_conv2d(&mut w.clone(), &mut [3, 2, 3, 3], 1).unwrap();
+    for tile in [Tile::Two, Tile::Four] {
+        let mut u = crate::kernels::winograd_weights(&w, 3, 2, tile);
+        let out = call_conv2d(&mut u, &mut [tile.values() as i64, 2, 3], 1).unwrap();
+        assert_close(
+            &out,
+            &direct,
+            &format!("{tile:?} through the kernel's arguments"),
+        );
+    }
+    let error = call_conv2d(&mut vec![0.0; 25 * 6], &mut [25, 2, 3], 1).unwrap_err();
+    assert!(
+        error.contains("16 or 36 values per kernel, not 25"),
+        "{error}"
+    );
+    // Winograd forms are for stride 1 only (the output's shape fits stride 2).
+    call_conv2d(&mut w.clone(), &mut [3, 2, 3, 3], 2).unwrap();
+    let error = call_conv2d(&mut vec![0.0; 36 * 6], &mut [36, 2, 3], 2).unwrap_err();
+    assert!(error.contains("shapes do not fit"), "{error}");
+}
