@@ -281,6 +281,7 @@ unsafe fn run(
     let channels = plan.channels;
     let values = plan.tile.values();
     let output_plane = plan.output_height * plan.output_width;
+    let side = plan.tile.output();
     for block_start in filters.clone().step_by(FILTER_BLOCK) {
         let block = block_start..(block_start + FILTER_BLOCK).min(filters.end);
         let count = values * block.len() * tiles;
@@ -331,13 +332,12 @@ unsafe fn run(
             }
         }
         let products = &scratch.products[..count];
+        let stride = block.len() * tiles;
         for (index, filter) in block.clone().enumerate() {
             let first_output = (image * plan.filters + filter) * output_plane;
             for (row_index, tile_row) in rows.clone().enumerate() {
                 let offset = index * tiles + row_index * tile_columns;
-                let side = plan.tile.output();
                 let rows_out = prefix(&mut scratch.output_rows, side * side * tile_columns);
-                let stride = block.len() * tiles;
                 match plan.tile {
                     Tile::Two => transform_output(products, stride, offset, tile_columns, rows_out),
                     Tile::Four => {
@@ -387,24 +387,26 @@ fn transform_input(
     // (the columns at positions p, p + side, p + 2 side, ... from column -pad_left), so
     // that every patch column is a contiguous run over the tiles: column k of tile t is
     // phase k % side at t + k / side.
-    let half = tile_columns.next_multiple_of(LANES) + 1;
-    let padded = prefix(padded, patch * side * half);
+    let phase_length = tile_columns.next_multiple_of(LANES) + 1;
+    let padded = prefix(padded, patch * side * phase_length);
     let plane = plan.height * plan.width;
     let stride = plan.channels * tiles;
     // Input column c sits at padded position c + pad_left; the columns that fit.
-    let fitting = plan.width.min((side * half).saturating_sub(plan.pad_left));
+    let fitting = plan
+        .width
+        .min((side * phase_length).saturating_sub(plan.pad_left));
     for channel in 0..plan.channels {
         let source = &input[channel * plane..(channel + 1) * plane];
         for (row_index, tile_row) in rows.clone().enumerate() {
             for i in 0..patch {
-                let lines = &mut padded[i * side * half..(i + 1) * side * half];
+                let lines = &mut padded[i * side * phase_length..(i + 1) * side * phase_length];
                 lines.fill(0.0);
                 let y = (side * tile_row + i) as isize - plan.pad_top as isize;
                 if y < 0 || y as usize >= plan.height {
                     continue;
                 }
                 let line = &source[y as usize * plan.width..][..fitting];
-                for (phase, phase_line) in lines.chunks_exact_mut(half).enumerate() {
+                for (phase, phase_line) in lines.chunks_exact_mut(phase_length).enumerate() {
                     // The first input column at this phase, and its place in the phase.
                     let first = (phase + side - plan.pad_left % side) % side;
                     let start = (first + plan.pad_left) / side;
@@ -418,8 +420,12 @@ fn transform_input(
             }
             let base = channel * tiles + row_index * tile_columns;
             match plan.tile {
-                Tile::Two => transform_tile_row(padded, half, tile_columns, v, stride, base),
-                Tile::Four => transform_tile_row4(padded, half, tile_columns, v, stride, base),
+                Tile::Two => {
+                    transform_tile_row(padded, phase_length, tile_columns, v, stride, base)
+                }
+                Tile::Four => {
+                    transform_tile_row4(padded, phase_length, tile_columns, v, stride, base)
+                }
             }
         }
     }
@@ -429,10 +435,10 @@ super::simd::multiversion! {
     // The index arithmetic spells out the transform's formulas.
     #[allow(clippy::needless_range_loop)]
     /// The input transforms of one row of tiles from its 4 rows' even and odd columns
-    /// (`padded`: even 0, odd 0, even 1, ... each `half` long).
+    /// (`padded`: even 0, odd 0, even 1, ... each `phase_length` long).
     fn transform_tile_row(
         padded: &[f32],
-        half: usize,
+        phase_length: usize,
         tile_columns: usize,
         v: &mut [f32],
         stride: usize,
@@ -442,8 +448,8 @@ super::simd::multiversion! {
             // d[i][k] for LANES tiles: columns 2j + k of row i.
             let mut d = [[[0f32; LANES]; 4]; 4];
             for (i, row) in d.iter_mut().enumerate() {
-                let even = &padded[2 * i * half + first..2 * i * half + first + LANES + 1];
-                let odd = &padded[(2 * i + 1) * half + first..(2 * i + 1) * half + first + LANES + 1];
+                let even = &padded[2 * i * phase_length + first..2 * i * phase_length + first + LANES + 1];
+                let odd = &padded[(2 * i + 1) * phase_length + first..(2 * i + 1) * phase_length + first + LANES + 1];
                 row[0].copy_from_slice(&even[..LANES]);
                 row[1].copy_from_slice(&odd[..LANES]);
                 row[2].copy_from_slice(&even[1..]);
@@ -564,10 +570,10 @@ super::simd::multiversion! {
     // k indexes both the patch columns and the transposed results.
     #[allow(clippy::needless_range_loop)]
     /// F(4x4, 3x3)'s input transforms of one row of tiles from its 6 rows' 4 phases
-    /// (`padded`: row 0 phases 0-3, row 1 phases 0-3, ... each `half` long).
+    /// (`padded`: row 0 phases 0-3, row 1 phases 0-3, ... each `phase_length` long).
     fn transform_tile_row4(
         padded: &[f32],
-        half: usize,
+        phase_length: usize,
         tile_columns: usize,
         v: &mut [f32],
         stride: usize,
@@ -579,7 +585,7 @@ super::simd::multiversion! {
             let mut rows = [[[0f32; LANES]; 6]; 6];
             for k in 0..6 {
                 let column: [[f32; LANES]; 6] = std::array::from_fn(|i| {
-                    let at = (i * 4 + k % 4) * half + first + k / 4;
+                    let at = (i * 4 + k % 4) * phase_length + first + k / 4;
                     padded[at..at + LANES].try_into().expect("LANES values")
                 });
                 for (a, value) in input_transform4(&column).into_iter().enumerate() {
