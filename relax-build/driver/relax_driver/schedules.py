@@ -60,10 +60,18 @@ def single_output(info):
 
 class Injective(dlight.cpu.base.CPUScheduleRule):
     """Functions of spatial blocks only (elementwise ops, broadcasts, transposes,
-    reshapes, gathers): per block, the innermost loop split into vectorized chunks and
-    the loops around it fused into one parallel loop, so that index arithmetic (divisions
-    by symbolic dims, for a transpose or a broadcast) happens once per row, not per
-    element. A block whose innermost loop is short has all its loops fused instead."""
+    reshapes, gathers). Producers are first inlined into their consumers, so that a
+    chain of elementwise ops (a batch norm, then a ReLU) is one pass over the tensor,
+    not one pass and one buffer per op.
+
+    Then per block: when the innermost loop is a multiple of the vector width (or
+    symbolic), it is split into vectorized chunks and the loops around it fused into one
+    parallel loop, so that index arithmetic (divisions by symbolic dims, for a transpose
+    or a broadcast) happens once per row, not per element. Otherwise the fewest
+    innermost loops whose extents multiply to a multiple of the vector width (a 56x56
+    plane: 3136 = 196 x 16) are fused and split into vectors, and everything around them
+    runs in parallel: a vector loop with a leftover part would be guarded lane by lane,
+    which LLVM compiles to scalar code."""
 
     def apply(self, func, target: Target, _tunable: bool):
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
@@ -72,23 +80,46 @@ class Injective(dlight.cpu.base.CPUScheduleRule):
         infos = normalize_prim_func(sch)
         if not infos or any(not info.is_injective() for info in infos):
             return None
+        if len(infos) > 1:
+            infos = try_inline(sch, infos)
         lanes = vector_lanes(target)
         for info in infos:
             loops = sch.get_loops(info.block_rv)
             if not loops:
                 continue
             innermost = get_extent(sch, loops[-1])
-            short = isinstance(innermost, int) and innermost < lanes
-            if len(loops) == 1 or short:
-                fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-                outer = split_vectorize(sch, fused, lanes)
-                if outer is not None:
-                    sch.parallel(outer)
+            if len(loops) > 1 and (not isinstance(innermost, int) or innermost % lanes == 0):
+                rows = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+                sch.parallel(rows)
+                split_vectorize(sch, loops[-1], lanes)
                 continue
-            rows = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-            sch.parallel(rows)
-            split_vectorize(sch, loops[-1], lanes)
+            count, width = exact_vector_suffix(sch, loops, lanes)
+            inner = loops[-count:]
+            fused = sch.fuse(*inner) if count > 1 else inner[0]
+            vectors = split_vectorize(sch, fused, width)
+            outer = loops[:-count] + ([vectors] if vectors is not None else [])
+            if outer:
+                sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
         return sch
+
+
+def exact_vector_suffix(sch, loops, lanes):
+    """(count, width): the fewest innermost `loops` whose static extents multiply to a
+    multiple of a vector width, the widest of `lanes`, lanes / 2, ..., 4 that some suffix
+    divides; (all loops, lanes) when none does (the vector loop then has a guarded
+    leftover part)."""
+    width = lanes
+    while width >= 4:
+        total = 1
+        for count, loop in enumerate(reversed(loops), start=1):
+            extent = get_extent(sch, loop)
+            if not isinstance(extent, int):
+                break
+            total *= extent
+            if total % width == 0:
+                return count, width
+        width //= 2
+    return len(loops), lanes
 
 
 class Fallback(dlight.cpu.base.CPUScheduleRule):

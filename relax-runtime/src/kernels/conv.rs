@@ -97,7 +97,10 @@ impl Conv2d {
 /// (`[channels * kh * kw, pixels.len()]`, row-major), zeros where they fall in padding.
 ///
 /// Walks output rows, not pixels: each (channel, ky, kx, output row) is a strided (or, at
-/// stride 1, contiguous) run of one input row, with zeros at the edges.
+/// stride 1, contiguous) run of one input row, with zeros at the edges. The runs are short
+/// on small images (7 or 14 values), so what does not change along a column of the
+/// kernel (which output columns read inside the input) is worked out once per `kx`, and
+/// the rows are walked without divisions.
 fn im2col(
     shape: &Conv2d,
     input: &[f32],
@@ -111,6 +114,8 @@ fn im2col(
     let (stride_y, stride_x) = shape.stride;
     let (dilation_y, dilation_x) = shape.dilation;
     let (pad_top, pad_left) = (shape.padding.0 as isize, shape.padding.1 as isize);
+    let first_row = pixels.start / output_width;
+    let first_column = pixels.start % output_width;
     for channel in 0..channels {
         let plane = &input
             [channel * shape.height * shape.width..(channel + 1) * shape.height * shape.width];
@@ -118,61 +123,99 @@ fn im2col(
             for kx in 0..kernel_w {
                 let row = (channel * kernel_h + ky) * kernel_w + kx;
                 let out = &mut column[row * width..(row + 1) * width];
-                let mut pixel = pixels.start;
-                while pixel < pixels.end {
-                    let (oy, first_ox) = (pixel / output_width, pixel % output_width);
-                    let last_ox = output_width.min(first_ox + (pixels.end - pixel));
-                    let run =
-                        &mut out[pixel - pixels.start..pixel - pixels.start + (last_ox - first_ox)];
+                let x0 = (kx * dilation_x) as isize - pad_left;
+                let inside = inside_columns(x0, stride_x, shape.width, output_width);
+                let (mut oy, mut ox) = (first_row, first_column);
+                let mut at = 0;
+                while at < width {
+                    let length = (output_width - ox).min(width - at);
+                    let run = &mut out[at..at + length];
                     let y = (oy * stride_y + ky * dilation_y) as isize - pad_top;
                     if y < 0 || y as usize >= shape.height {
-                        run.fill(0.0);
+                        fill_zero(run);
                     } else {
                         let source =
                             &plane[y as usize * shape.width..(y as usize + 1) * shape.width];
-                        let x0 = (kx * dilation_x) as isize - pad_left;
-                        copy_row(source, x0, stride_x, first_ox, run);
+                        copy_row(source, x0, stride_x, inside, ox, run);
                     }
-                    pixel += last_ox - first_ox;
+                    at += length;
+                    oy += 1;
+                    ox = 0;
                 }
             }
         }
     }
 }
 
-/// `run[i] = source[x0 + (first + i) * stride]`, 0 where that falls outside `source`.
-fn copy_row(source: &[f32], x0: isize, stride: usize, first: usize, run: &mut [f32]) {
-    let width = source.len() as isize;
-    let stride_i = stride as isize;
-    // Output positions `ox` whose input column `x0 + ox * stride` is inside: [low, high).
+/// The output columns `[low, high)` of `0..output_width` whose input column
+/// `x0 + ox * stride` falls inside a row of `width` values.
+fn inside_columns(x0: isize, stride: usize, width: usize, output_width: usize) -> (usize, usize) {
+    let (width, stride) = (width as isize, stride as isize);
     let low = if x0 >= 0 {
         0
     } else {
-        (-x0).div_euclid(stride_i) + isize::from((-x0) % stride_i != 0)
+        (-x0 + stride - 1) / stride
     };
     let high = if x0 >= width {
         0
     } else {
-        (width - x0 + stride_i - 1) / stride_i
+        (width - x0 + stride - 1) / stride
     };
+    let clamp = |value: isize| (value.max(0) as usize).min(output_width);
+    (clamp(low), clamp(high))
+}
+
+/// `run[i] = source[x0 + (first + i) * stride]`, 0 where that falls outside `source`;
+/// `inside` is [`inside_columns`] of `source`'s row.
+fn copy_row(
+    source: &[f32],
+    x0: isize,
+    stride: usize,
+    inside: (usize, usize),
+    first: usize,
+    run: &mut [f32],
+) {
     let end = first + run.len();
-    let (low, high) = (
-        (low as usize).clamp(first, end),
-        (high as usize).clamp(first, end),
-    );
+    let (low, high) = (inside.0.clamp(first, end), inside.1.clamp(first, end));
     if low >= high {
-        run.fill(0.0);
+        fill_zero(run);
         return;
     }
-    run[..low - first].fill(0.0);
-    run[high - first..].fill(0.0);
+    fill_zero(&mut run[..low - first]);
+    fill_zero(&mut run[high - first..]);
     let start = (x0 + (low * stride) as isize) as usize;
     let inside = &mut run[low - first..high - first];
     if stride == 1 {
-        inside.copy_from_slice(&source[start..start + inside.len()]);
+        copy_short(inside, &source[start..start + inside.len()]);
     } else {
         for (slot, x) in inside.iter_mut().zip((start..).step_by(stride)) {
             *slot = source[x];
+        }
+    }
+}
+
+/// `destination.copy_from_slice(source)` for the short runs of [`im2col`], where a call to
+/// `memmove` costs more than the copy: whole chunks of 8 are fixed-size copies (moves).
+fn copy_short(destination: &mut [f32], source: &[f32]) {
+    let mut chunks = destination.chunks_exact_mut(8);
+    let mut sources = source.chunks_exact(8);
+    for (to, from) in (&mut chunks).zip(&mut sources) {
+        let from: &[f32; 8] = from.try_into().expect("chunks of 8");
+        let to: &mut [f32; 8] = to.try_into().expect("chunks of 8");
+        *to = *from;
+    }
+    for (to, from) in chunks.into_remainder().iter_mut().zip(sources.remainder()) {
+        *to = *from;
+    }
+}
+
+/// `run.fill(0.0)`, without a call to `memset` for the few values at a padded edge.
+fn fill_zero(run: &mut [f32]) {
+    if run.len() > 64 {
+        run.fill(0.0);
+    } else {
+        for value in run {
+            *value = 0.0;
         }
     }
 }
