@@ -125,3 +125,52 @@ fn a_shape_subgraph_imports_with_pinned_dims_and_matches_onnxruntime() {
     assert_eq!(ours["y"]["shape"], serde_json::json!([2, 12, 3]));
     relax_cargo_tests::assert_tensors_close("y", &ours["y"], &reference["y"], 1e-6);
 }
+
+/// Every 2-D convolution of onnx's `pytorch-converted/` cases (depthwise ones with and
+/// without a multiplier, strided and padded; grouped, dilated, strided, without bias)
+/// through relax-runtime's convolution kernels, against the outputs the cases ship.
+#[test]
+fn every_pytorch_converted_conv2d_case_passes() {
+    let source = onnx_test_data().join("pytorch-converted");
+    let folder = tempfile::tempdir().unwrap();
+    let mut linked = Vec::new();
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with("test_Conv2d") {
+            std::os::unix::fs::symlink(source.join(&name), folder.path().join(&name)).unwrap();
+            linked.push(name);
+        }
+    }
+    assert!(
+        linked
+            .iter()
+            .filter(|name| name.contains("depthwise"))
+            .count()
+            >= 4
+            && linked.len() >= 10,
+        "onnx ships the convolution cases: {linked:?}"
+    );
+    let output = cargo(
+        workspace_root(),
+        &[
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            "relax-conformance",
+            "--",
+            folder.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_success(
+        &output,
+        "relax-conformance on pytorch-converted/test_Conv2d*",
+    );
+    assert_eq!(
+        cases(&stdout, &["PASS"]).len(),
+        linked.len(),
+        "every case passes: {stdout}"
+    );
+}

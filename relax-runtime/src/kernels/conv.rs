@@ -5,6 +5,8 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
+use super::depthwise::{depthwise_plane, Plane};
+use super::edges::inside_columns;
 use super::epilogue::{add, scale_shift, Epilogue};
 use super::gemm::{gemm_block, Rhs};
 use super::parallel::{chunk, parallel_for, Executor, Shared, INLINE_WORK};
@@ -147,24 +149,6 @@ fn im2col(
     }
 }
 
-/// The output columns `[low, high)` of `0..output_width` whose input column
-/// `x0 + ox * stride` falls inside a row of `width` values.
-fn inside_columns(x0: isize, stride: usize, width: usize, output_width: usize) -> (usize, usize) {
-    let (width, stride) = (width as isize, stride as isize);
-    let low = if x0 >= 0 {
-        0
-    } else {
-        (-x0 + stride - 1) / stride
-    };
-    let high = if x0 >= width {
-        0
-    } else {
-        (width - x0 + stride - 1) / stride
-    };
-    let clamp = |value: isize| (value.max(0) as usize).min(output_width);
-    (clamp(low), clamp(high))
-}
-
 /// `run[i] = source[x0 + (first + i) * stride]`, 0 where that falls outside `source`;
 /// `inside` is [`inside_columns`] of `source`'s row.
 fn copy_row(
@@ -228,11 +212,13 @@ pub(crate) struct PerFilter<'a> {
     pub(crate) shift: &'a [f32],
 }
 
-/// How a convolution is computed: by [`conv2d_into`] (the kernel as given), or by
-/// [`winograd_conv`] (the kernel in that variant's Winograd form).
+/// How a convolution is computed: by [`conv2d_into`] (the kernel as given), by
+/// [`depthwise_conv`] (one input channel per group), or by [`winograd_conv`] (the kernel
+/// in that variant's Winograd form).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Algorithm {
     Unfolded,
+    Depthwise,
     Winograd(Tile),
 }
 
@@ -256,6 +242,9 @@ impl Algorithm {
             match self {
                 Algorithm::Unfolded => {
                     conv2d_into(shape, x, w, per_filter, residual, epilogue, out, executor)
+                }
+                Algorithm::Depthwise => {
+                    depthwise_conv(shape, x, w, per_filter, residual, epilogue, out, executor)
                 }
                 Algorithm::Winograd(tile) => winograd_conv(
                     tile, shape, x, w, per_filter, residual, epilogue, out, executor,
@@ -394,6 +383,75 @@ pub(crate) unsafe fn conv2d_into(
     Ok(())
 }
 
+/// `out = epilogue(conv2d(x, w) * scale + shift + residual)` for a convolution with one
+/// input channel per group (`filters / groups` output channels read each input channel).
+/// Tasks share out the output planes.
+///
+/// # Safety
+/// As [`conv2d_into`], with `shape.channels == shape.groups`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn depthwise_conv(
+    shape: &Conv2d,
+    x: *const f32,
+    w: *const f32,
+    per_filter: Option<PerFilter<'_>>,
+    residual: Option<*const f32>,
+    epilogue: Epilogue,
+    out: Shared,
+    executor: Executor,
+) -> Result<(), String> {
+    let (output_height, output_width) = shape
+        .output()
+        .ok_or("the kernel does not fit the padded input")?;
+    let plane = Plane {
+        height: shape.height,
+        width: shape.width,
+        output_width,
+        kernel: shape.kernel,
+        stride: shape.stride,
+        padding: (shape.padding.0, shape.padding.1),
+        dilation: shape.dilation,
+        columns: Vec::new(),
+    }
+    .with_columns();
+    let (input_plane, output_plane) = (shape.height * shape.width, output_height * output_width);
+    let kernel_size = shape.kernel.0 * shape.kernel.1;
+    let per_group = shape.filters / shape.groups;
+    let planes = shape.batch * shape.filters;
+    let residual = residual.map(|residual| Shared(residual.cast_mut()));
+    let (x, w) = (Shared(x.cast_mut()), Shared(w.cast_mut()));
+    executor(
+        planes * output_plane * kernel_size < INLINE_WORK,
+        &|task, tasks| {
+            for index in chunk(planes, tasks, task, 1) {
+                let (image, filter) = (index / shape.filters, index % shape.filters);
+                let channel = filter / per_group;
+                // SAFETY: input plane `channel` of image `image` and filter `filter`'s kernel,
+                // read only; output plane `index` is this task's alone (`chunk` ranges do not
+                // overlap), and the residual's plane is read only.
+                let (input, weights, values, residual) = unsafe {
+                    (
+                        std::slice::from_raw_parts(
+                            x.at((image * shape.channels + channel) * input_plane),
+                            input_plane,
+                        ),
+                        std::slice::from_raw_parts(w.at(filter * kernel_size), kernel_size),
+                        std::slice::from_raw_parts_mut(out.at(index * output_plane), output_plane),
+                        residual.map(|residual| {
+                            std::slice::from_raw_parts(
+                                residual.at(index * output_plane),
+                                output_plane,
+                            )
+                        }),
+                    )
+                };
+                depthwise_plane(&plane, input, weights, values);
+                finish_run(per_filter, filter, residual, epilogue, values);
+            }
+        },
+    )
+}
+
 /// `out = epilogue(conv3x3(x, w) * scale + shift + residual)` by Winograd with output
 /// tiles `tile`, with `u` the kernel's transform (`[values, channels, filters]`).
 ///
@@ -507,6 +565,12 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     }
     let [stride_h, stride_w, top, left, bottom, right, dilation_h, dilation_w, groups, epilogue] =
         ints;
+    // One input channel per group (checked with the other shapes below).
+    let algorithm = if algorithm == Algorithm::Unfolded && groups > 1 && w.shape[1] == 1 {
+        Algorithm::Depthwise
+    } else {
+        algorithm
+    };
     let epilogue = Epilogue::from_code(epilogue as i64)?;
     let residual = if has_residual {
         Some(args.tensor(first + 10, Some(4))?)

@@ -29,6 +29,8 @@
 //! shapes, contiguity) before any memory is touched: a mismatch is a TVM error, not UB.
 
 mod conv;
+mod depthwise;
+mod edges;
 mod epilogue;
 mod gemm;
 mod panels;

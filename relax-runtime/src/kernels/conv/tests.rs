@@ -89,16 +89,20 @@ fn shape(
 #[test]
 fn convolutions_match_naive_loops() {
     let cases = [
-        shape(3, 20, 8, 7, 2, 3, 1, 1),   // a ResNet stem
-        shape(16, 12, 16, 3, 1, 1, 1, 1), // 3x3 same padding
-        shape(16, 12, 32, 1, 1, 0, 1, 1), // pointwise: no unfolding
-        shape(16, 12, 8, 1, 2, 0, 1, 1),  // strided 1x1
-        shape(8, 9, 8, 3, 1, 2, 2, 2),    // dilated, two groups
-        shape(4, 3, 70, 3, 1, 1, 1, 1),   // few pixels, many filters: split by filters
-        shape(128, 20, 4, 3, 1, 1, 1, 1), // deep patches: several unfolded blocks per task
-        shape(64, 24, 4, 3, 1, 1, 1, 1),  // 600 pixels: split by pixels, 3 blocks per task
-        shape(8, 24, 8, 1, 1, 0, 1, 1),   // pointwise, split by pixels (320 + 280)
-        shape(5, 17, 6, 3, 3, 4, 1, 1),   // stride 3 with padding wider than a stride
+        shape(3, 20, 8, 7, 2, 3, 1, 1),    // a ResNet stem
+        shape(16, 12, 16, 3, 1, 1, 1, 1),  // 3x3 same padding
+        shape(16, 12, 32, 1, 1, 0, 1, 1),  // pointwise: no unfolding
+        shape(16, 12, 8, 1, 2, 0, 1, 1),   // strided 1x1
+        shape(8, 9, 8, 3, 1, 2, 2, 2),     // dilated, two groups
+        shape(4, 3, 70, 3, 1, 1, 1, 1),    // few pixels, many filters: split by filters
+        shape(128, 20, 4, 3, 1, 1, 1, 1),  // deep patches: several unfolded blocks per task
+        shape(64, 24, 4, 3, 1, 1, 1, 1),   // 600 pixels: split by pixels, 3 blocks per task
+        shape(8, 24, 8, 1, 1, 0, 1, 1),    // pointwise, split by pixels (320 + 280)
+        shape(5, 17, 6, 3, 3, 4, 1, 1),    // stride 3 with padding wider than a stride
+        shape(24, 14, 24, 3, 1, 1, 1, 24), // depthwise 3x3
+        shape(24, 14, 24, 3, 2, 1, 1, 24), // depthwise, stride 2 (MobileNet's downsampling)
+        shape(8, 9, 16, 5, 1, 4, 2, 8),    // depthwise, multiplier 2, dilated, wide padding
+        shape(40, 40, 40, 3, 1, 1, 1, 40), // depthwise, enough work for three tasks
     ];
     for case in cases {
         let (oh, ow) = case.output().unwrap();
@@ -142,6 +146,9 @@ fn convolutions_match_naive_loops() {
             let winograd_fits = case.kernel == (3, 3)
                 && (case.stride, case.dilation, case.groups) == ((1, 1), (1, 1), 1);
             let mut algorithms = vec![(Algorithm::Unfolded, w.clone())];
+            if case.channels == case.groups {
+                algorithms.push((Algorithm::Depthwise, w.clone()));
+            }
             if winograd_fits {
                 for tile in [Tile::Two, Tile::Four] {
                     let u = crate::kernels::winograd_weights(&w, case.filters, case.channels, tile);
