@@ -1,4 +1,5 @@
-//! Generates ResNet-50 (its 100 MB of random weights are not committed) into OUT_DIR,
+//! Generates ResNet-50 and the other light models (their random weights, 5 to 100 MB
+//! each, are not committed) into OUT_DIR,
 //! compiles the models, then writes the ONNX graph of MiniLM for onnxruntime from the
 //! weights the `minilm` model fetched.
 
@@ -6,6 +7,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use relax_build::{tooling, Config};
+
+/// The models make_models.py builds from onnx's light architectures (its LIGHT_MODELS).
+const LIGHT_MODELS: [&str; 6] = [
+    "resnet50",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "shufflenet",
+    "squeezenet",
+];
 
 fn main() {
     let out_dir =
@@ -19,12 +30,14 @@ fn main() {
         .python;
     let models = out_dir.join("models");
     std::fs::create_dir_all(&models).expect("creating OUT_DIR/models");
-    generate(
-        &python,
-        &script,
-        &["resnet50"],
-        &models.join("resnet50.onnx"),
-    );
+    for name in LIGHT_MODELS {
+        generate(
+            &python,
+            &script,
+            &[name],
+            &models.join(format!("{name}.onnx")),
+        );
+    }
     relax_build::compile_models();
     let weights = out_dir.join("relax/minilm/weights.safetensors");
     generate(

@@ -21,6 +21,11 @@ fn every_benchmark_model_matches_onnxruntime() {
         "minilm_s128",
         "minilm_b8_s128",
         "resnet50",
+        "densenet121",
+        "inception_v1",
+        "inception_v2",
+        "shufflenet",
+        "squeezenet",
     ] {
         assert!(
             checked

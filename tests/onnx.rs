@@ -126,17 +126,20 @@ fn a_shape_subgraph_imports_with_pinned_dims_and_matches_onnxruntime() {
     relax_cargo_tests::assert_tensors_close("y", &ours["y"], &reference["y"], 1e-6);
 }
 
-/// Every 2-D convolution of onnx's `pytorch-converted/` cases (depthwise ones with and
-/// without a multiplier, strided and padded; grouped, dilated, strided, without bias)
-/// through relax-runtime's convolution kernels, against the outputs the cases ship.
+/// Every 2-D convolution and pooling of onnx's `pytorch-converted/` cases, against the
+/// outputs the cases ship: the convolutions through relax-runtime's kernels (depthwise
+/// ones with and without a multiplier, strided and padded; grouped, dilated, strided,
+/// without bias), the pools (with padding and dilation, counting the padding or not)
+/// through TVM's loops with the default schedules.
 #[test]
-fn every_pytorch_converted_conv2d_case_passes() {
+fn every_pytorch_converted_conv2d_and_pool2d_case_passes() {
     let source = onnx_test_data().join("pytorch-converted");
     let folder = tempfile::tempdir().unwrap();
     let mut linked = Vec::new();
     for entry in std::fs::read_dir(&source).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        if name.starts_with("test_Conv2d") {
+        let two_d = ["test_Conv2d", "test_MaxPool2d", "test_AvgPool2d"];
+        if two_d.iter().any(|prefix| name.starts_with(prefix)) {
             std::os::unix::fs::symlink(source.join(&name), folder.path().join(&name)).unwrap();
             linked.push(name);
         }

@@ -1,7 +1,7 @@
 """Writes the benchmark's ONNX models (seeded random weights; needs numpy and onnx).
 
     python relax-bench/models/make_models.py                       the small committed models
-    python relax-bench/models/make_models.py resnet50 OUT.onnx     ResNet-50 (relax-bench's build.rs)
+    python relax-bench/models/make_models.py NAME OUT.onnx         a light model, NAME one of LIGHT_MODELS (relax-bench's build.rs)
     python relax-bench/models/make_models.py minilm WEIGHTS OUT    all-MiniLM-L6-v2 (the bench's ORT side)
 
 mlp_b1.onnx / mlp_b64.onnx  784-128-10 MLP (Gemm, Relu, Gemm) at batch 1 and 64
@@ -9,9 +9,10 @@ matmul.onnx                 C = A @ B, A and B float32[1024, 1024]
 cnn.onnx                    conv 3x3 16ch (pad 1) on 1x3x224x224, relu, global average pool, linear 16->10
 add.onnx                    C = A + B on float32[1, 4] (the VM call overhead case)
 
-ResNet-50 (100 MB of weights) and MiniLM (90 MB) are not committed: ResNet-50 is the
-architecture onnx ships as backend/test/data/light/light_resnet50.onnx with seeded
-random weights; the MiniLM graph is built here, op for op as an exporter writes a BERT
+ResNet-50 (100 MB of weights), the other light models and MiniLM (90 MB) are not
+committed: ResNet-50, DenseNet-121, Inception v1 and v2, ShuffleNet and SqueezeNet are the
+architectures onnx ships as backend/test/data/light/light_<name>.onnx with seeded random
+weights; the MiniLM graph is built here, op for op as an exporter writes a BERT
 encoder, from the safetensors weights the bench's `minilm` model fetches.
 """
 
@@ -92,13 +93,20 @@ def write_atomically(model, path):
     os.replace(temporary, path)
 
 
-def resnet50(path):
-    """light_resnet50's graph with every weight a seeded random initializer (He-scaled
-    convolutions, batch norms near identity)."""
-    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_resnet50.onnx")
+# The light models relax-bench runs besides ResNet-50 (their architectures, as onnx ships
+# them under backend/test/data/light/), each with its seed.
+LIGHT_MODELS = {"resnet50": 50, "densenet121": 121, "inception_v1": 1, "inception_v2": 2, "shufflenet": 3, "squeezenet": 4}
+
+
+def light_model(name, path):
+    """light_<name>'s graph with every weight a seeded random initializer: He-scaled
+    convolutions and linear layers, batch norms near identity, per-channel scales (`Mul`)
+    near 1 and shifts (`Add`, `Sum`) near 0. The light models make their weights with
+    `ConstantOfShape` nodes or carry placeholder initializers; both are replaced."""
+    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx")
     model = onnx.load(light)
     graph = model.graph
-    generator = np.random.default_rng(50)
+    generator = np.random.default_rng(LIGHT_MODELS[name])
     shapes = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
     produced = {}
     for node in list(graph.node):
@@ -107,36 +115,49 @@ def resnet50(path):
             graph.node.remove(node)
     consumers = {}
     for node in graph.node:
-        for position, name in enumerate(node.input):
-            consumers.setdefault(name, (node, position))
+        for position, value in enumerate(node.input):
+            consumers.setdefault(value, (node, position))
 
-    def values(name, shape):
-        node, position = consumers[name]
+    def consumer(value):
+        """The node that uses `value`, past any `Unsqueeze` (DenseNet's per-channel scales)."""
+        node, position = consumers[value]
+        while node.op_type == "Unsqueeze":
+            node, position = consumers[node.output[0]]
+        return node, position
+
+    def values(value, shape):
+        node, position = consumer(value)
         if node.op_type == "BatchNormalization":
             low, high = {1: (0.5, 1.0), 2: (-0.1, 0.1), 3: (-0.1, 0.1), 4: (0.5, 1.5)}[position]
             return generator.uniform(low, high, shape)
+        if node.op_type == "Mul":
+            return generator.uniform(0.5, 1.0, shape)
+        if node.op_type in ("Add", "Sum"):
+            return generator.uniform(-0.1, 0.1, shape)
         fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
         return generator.standard_normal(shape) * (math.sqrt(2.0 / fan_in) if len(shape) > 1 else 0.01)
 
-    new_initializers = []
-    for name, shape in produced.items():
-        new_initializers.append(numpy_helper.from_array(values(name, shape).astype(np.float32), name))
-    data = graph.input[0].name
-    originals = {init.name for init in graph.initializer}
-    for value in list(graph.input)[1:]:
-        graph.input.remove(value)
-        if value.name in produced or value.name not in consumers:
-            continue
-        if consumers[value.name][0].op_type not in ("Conv", "BatchNormalization", "Gemm") and value.name in originals:
-            continue  # a shape or other value the light model carries: kept as it is
-        shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
-        new_initializers.append(numpy_helper.from_array(values(value.name, shape).astype(np.float32), value.name))
-    used = {name for node in graph.node for name in node.input}
-    replaced = {init.name for init in new_initializers}
-    kept = [init for init in graph.initializer if init.name in used and init.name not in replaced]
+    weights = {value: shape for value, shape in produced.items() if value in consumers}
+    for value, array in shapes.items():
+        if value in consumers and consumer(value)[0].op_type in ("Conv", "BatchNormalization", "Gemm", "Mul", "Add", "Sum"):
+            weights[value] = array.shape
+    new_initializers = [numpy_helper.from_array(values(value, shape).astype(np.float32), value) for value, shape in weights.items()]
+    data = [value for value in graph.input if value.name not in produced and value.name not in shapes]
+    assert len(data) == 1, f"light_{name} has one data input: {[value.name for value in data]}"
+    for value in list(graph.input):
+        if value.name != data[0].name:
+            graph.input.remove(value)
+    used = {value for node in graph.node for value in node.input}
+    kept = [init for init in graph.initializer if init.name in used and init.name not in weights]
     del graph.initializer[:]
     graph.initializer.extend(kept + new_initializers)
-    assert graph.input[0].name == data
+    last = graph.node[-1]
+    if last.op_type == "Softmax" and name != "resnet50":
+        # The logits: with random weights the probabilities all lie near 1/1000, where the
+        # bench's 1e-4 output check could not tell a wrong model from a right one.
+        # (ResNet-50's row keeps the graph it was measured with; its outputs spread to 0.5.)
+        graph.output[0].name = last.input[0]
+        graph.node.remove(last)
     # IR 4 and later allow initializers that are not graph inputs.
     model.ir_version = max(model.ir_version, 7)
     onnx.checker.check_model(model)
@@ -233,8 +254,8 @@ def minilm(weights_path, path):
 if __name__ == "__main__":
     if len(sys.argv) == 1:
         small_models()
-    elif sys.argv[1] == "resnet50" and len(sys.argv) == 3:
-        resnet50(sys.argv[2])
+    elif sys.argv[1] in LIGHT_MODELS and len(sys.argv) == 3:
+        light_model(sys.argv[1], sys.argv[2])
     elif sys.argv[1] == "minilm" and len(sys.argv) == 4:
         minilm(sys.argv[2], sys.argv[3])
     else:

@@ -1,4 +1,4 @@
-//! `cargo run --release -p relax-bench [-- --quick | --check]`: median latency of
+//! `cargo run --release -p relax-bench [-- --quick | --check] [--only NAME,...]`: median latency of
 //! TVM-compiled models called through relax-runtime, side by side in one run with
 //! onnxruntime on the same `.onnx` files and inputs, and numpy's matmul (OpenBLAS), all
 //! with the same thread count.
@@ -8,6 +8,7 @@
 //! bench has them), onnxruntime. The last line is `summary: key=value ...` (ratios are
 //! our median / onnxruntime's). `--check` instead compares every model's output with
 //! onnxruntime's on the same inputs and fails above 1e-4 (relative to 1 + |expected|).
+//! `--only` keeps the named models (their rows, and a summary of their keys alone).
 //!
 //! onnxruntime and numpy run in a Python side harness (`ort_bench.py`, in the tests'
 //! reference venv under `target/test-python`, made on first use with pip), which times a
@@ -29,6 +30,11 @@ relax_runtime::include_model!("matmul");
 relax_runtime::include_model!("cnn");
 relax_runtime::include_model!("add");
 relax_runtime::include_model!("resnet50");
+relax_runtime::include_model!("densenet121");
+relax_runtime::include_model!("inception_v1");
+relax_runtime::include_model!("inception_v2");
+relax_runtime::include_model!("shufflenet");
+relax_runtime::include_model!("squeezenet");
 relax_runtime::include_model!("minilm");
 relax_runtime::include_model!("mlp_b1_tuned");
 relax_runtime::include_model!("mlp_b64_tuned");
@@ -102,7 +108,23 @@ fn main() -> Result<(), Failure> {
     if std::env::var_os("TVM_NUM_THREADS").is_none() {
         std::env::set_var("TVM_NUM_THREADS", THREADS.to_string());
     }
-    let cases = cases()?;
+    let mut cases = cases()?;
+    let only = only_models()?;
+    if let Some(names) = &only {
+        cases.retain(|case| names.iter().any(|name| name == case.name));
+        if cases.len() != names.len() {
+            return Err(format!(
+                "--only {}: not every name is a model of the bench (they are: {})",
+                names.join(","),
+                self::cases()?
+                    .iter()
+                    .map(|case| case.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+            .into());
+        }
+    }
     if check {
         return check_outputs(&cases);
     }
@@ -182,6 +204,14 @@ fn main() -> Result<(), Failure> {
             summary.push(("matmul_vs_ort".to_string(), best / ort));
         }
     }
+    if only.is_some() {
+        let line: Vec<String> = summary
+            .iter()
+            .map(|(key, value)| format!("{key}={value:.3}"))
+            .collect();
+        println!("\nsummary: {}", line.join(" "));
+        return Ok(());
+    }
     let mlp = &cases[0].default;
     let seconds = timing.seconds * 2.0;
     drop(peers);
@@ -224,6 +254,11 @@ fn main() -> Result<(), Failure> {
         "minilm_s128_tuned_vs_ort",
         "resnet50_tuned_vs_ort",
         "shared_model_2_threads_vs_1",
+        "densenet121_default_vs_ort",
+        "inception_v1_default_vs_ort",
+        "inception_v2_default_vs_ort",
+        "shufflenet_default_vs_ort",
+        "squeezenet_default_vs_ort",
     ];
     let line: Vec<String> = keys
         .iter()
@@ -237,6 +272,18 @@ fn main() -> Result<(), Failure> {
         .collect();
     println!("summary: {}", line.join(" "));
     Ok(())
+}
+
+/// The names after `--only` (comma-separated), if given.
+fn only_models() -> Result<Option<Vec<String>>, Failure> {
+    let mut arguments = std::env::args().skip_while(|argument| argument != "--only");
+    if arguments.next().is_none() {
+        return Ok(None);
+    }
+    let names = arguments
+        .next()
+        .ok_or("--only needs model names, comma-separated")?;
+    Ok(Some(names.split(',').map(str::to_string).collect()))
 }
 
 fn cases() -> Result<Vec<Case>, Failure> {
@@ -344,7 +391,57 @@ fn cases() -> Result<Vec<Case>, Failure> {
             default: resnet50::Model::load()?.into_session(),
             tuned: None,
         },
+        light_case(
+            "densenet121",
+            "data_0",
+            2.0 * 2.83e9,
+            densenet121::Model::load()?.into_session(),
+        ),
+        light_case(
+            "inception_v1",
+            "data_0",
+            2.0 * 1.43e9,
+            inception_v1::Model::load()?.into_session(),
+        ),
+        light_case(
+            "inception_v2",
+            "data_0",
+            2.0 * 2.02e9,
+            inception_v2::Model::load()?.into_session(),
+        ),
+        light_case(
+            "shufflenet",
+            "gpu_0/data_0",
+            2.0 * 0.124e9,
+            shufflenet::Model::load()?.into_session(),
+        ),
+        light_case(
+            "squeezenet",
+            "data_0",
+            2.0 * 0.349e9,
+            squeezenet::Model::load()?.into_session(),
+        ),
     ])
+}
+
+/// One of the light models build.rs generates besides ResNet-50: one 1x3x224x224 image,
+/// no tuned build. `flops`: twice its convolutions' multiply-adds (counted on the graph).
+fn light_case(name: &'static str, input: &'static str, flops: f64, default: Session) -> Case {
+    Case {
+        name,
+        onnx: PathBuf::from(env!("OUT_DIR"))
+            .join("models")
+            .join(format!("{name}.onnx")),
+        function: "main",
+        inputs: vec![Input {
+            name: input,
+            shape: vec![1, 3, 224, 224],
+            kind: Kind::Float,
+        }],
+        flops,
+        default,
+        tuned: None,
+    }
 }
 
 /// Deterministic inputs of a case, with the seed of each input's position.
