@@ -406,6 +406,7 @@ pub(crate) unsafe fn depthwise_conv(
     let plane = Plane {
         height: shape.height,
         width: shape.width,
+        output_height,
         output_width,
         kernel: shape.kernel,
         stride: shape.stride,
