@@ -101,5 +101,50 @@ class ElementwiseChains(unittest.TestCase):
         self.check([1, 3, 7, 7])
 
 
+def pooled(shape, pool):
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            output = builder.emit_output(pool(x))
+        builder.emit_func_output(output)
+    return builder.get()
+
+
+def reference_pool(x, size, stride, pad, is_max):
+    """NCHW pooling over the windows' positions inside x (numpy)."""
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * pad - size) // stride + 1, (w + 2 * pad - size) // stride + 1
+    out = np.zeros((n, c, oh, ow), np.float64)
+    for oy in range(oh):
+        for ox in range(ow):
+            y0, x0 = oy * stride - pad, ox * stride - pad
+            window = x[:, :, max(y0, 0) : y0 + size, max(x0, 0) : x0 + size]
+            out[:, :, oy, ox] = window.max(axis=(2, 3)) if is_max else window.mean(axis=(2, 3))
+    return out
+
+
+class Pools(unittest.TestCase):
+    def test_pools_run_row_by_row_and_match_numpy(self):
+        shape = [1, 16, 14, 14]
+        cases = [
+            (lambda x: relax.op.nn.avg_pool2d(x, (3, 3), (1, 1), (1, 1)), 3, 1, 1, False),
+            (lambda x: relax.op.nn.max_pool2d(x, (3, 3), (2, 2), (1, 1)), 3, 2, 1, True),
+        ]
+        target = tvm.target.Target(TARGET)
+        x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+        for pool, size, stride, pad, is_max in cases:
+            module = pooled(shape, pool)
+            script = "\n".join(function.script() for function in scheduled_functions(module, target))
+            # Not one parallel iteration per output value (dlight's `Reduction`, with the
+            # padded window computed in each): rows of outputs, the window inside.
+            outputs = 16 * ((14 + 2 * pad - size) // stride + 1) ** 2
+            self.assertNotIn(f"T.parallel(T.int64({outputs}))", script)
+            self.assertIn("T.parallel", script)
+            executable = build.compile_module(module, target, {"pipeline": "zero", "opt_level": 3})
+            actual = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+            np.testing.assert_allclose(actual, reference_pool(x, size, stride, pad, is_max), rtol=1e-5, atol=1e-6)
+
+
 if __name__ == "__main__":
     unittest.main()
