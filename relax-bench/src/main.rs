@@ -12,7 +12,7 @@
 //!
 //! onnxruntime and numpy run in a Python side harness (`ort_bench.py`, in the tests'
 //! reference venv under `target/test-python`, made on first use with pip), which times a
-//! case when asked: a full run measures each case in 3 interleaved rounds (default,
+//! case when asked: a full run measures each case in 5 interleaved rounds (default,
 //! tuned, onnxruntime) and reports the median of the rounds' medians, so that the
 //! shared machine's noisy spells hit every column alike.
 
@@ -48,7 +48,7 @@ const THREADS: usize = 2;
 const SHARED_SETTLE: Duration = Duration::from_secs(3);
 
 /// Interleaved rounds per case in a full run (one with `--quick`).
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 /// What an input holds.
 #[derive(Clone, Copy)]
@@ -102,7 +102,7 @@ fn main() -> Result<(), Failure> {
     } else {
         Timing {
             warmup: 5,
-            seconds: 1.0,
+            seconds: 1.5,
             min_iterations: 30,
             min_slow: 3,
         }
