@@ -50,23 +50,28 @@ fn cases(output: &str, prefixes: &[&str]) -> BTreeSet<String> {
         .collect()
 }
 
-#[test]
-fn conformance_runner_keeps_the_pass_list_and_fails_only_where_tvm_does() {
-    let data = onnx_test_data();
-    let dirs = [data.join("pytorch-operator"), data.join("simple")];
-    let expected = workspace_root().join("relax-conformance/expected-pass.txt");
-    let mut args = vec![
+/// `cargo run --release -p relax-conformance -- <args>`.
+fn conformance(args: &[&str]) -> std::process::Output {
+    let mut all = vec![
         "run",
         "--quiet",
         "--release",
         "-p",
         "relax-conformance",
         "--",
-        "--expect",
     ];
-    args.push(expected.to_str().unwrap());
+    all.extend_from_slice(args);
+    cargo(workspace_root(), &all, &[])
+}
+
+#[test]
+fn conformance_runner_keeps_the_pass_list_and_fails_only_where_tvm_does() {
+    let data = onnx_test_data();
+    let dirs = [data.join("pytorch-operator"), data.join("simple")];
+    let expected = workspace_root().join("relax-conformance/expected-pass.txt");
+    let mut args = vec!["--expect", expected.to_str().unwrap()];
     args.extend(dirs.iter().map(|dir| dir.to_str().unwrap()));
-    let output = cargo(workspace_root(), &args, &[]);
+    let output = conformance(&args);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert_success(&output, "relax-conformance --expect");
 
@@ -144,32 +149,16 @@ fn every_pytorch_converted_conv2d_and_pool2d_case_passes() {
             linked.push(name);
         }
     }
+    let count = |part: &str| linked.iter().filter(|name| name.contains(part)).count();
     assert!(
-        linked
-            .iter()
-            .filter(|name| name.contains("depthwise"))
-            .count()
-            >= 4
-            && linked.len() >= 10,
-        "onnx ships the convolution cases: {linked:?}"
+        count("depthwise") >= 4 && count("Pool2d") >= 4 && linked.len() >= 14,
+        "onnx ships the convolution and pooling cases: {linked:?}"
     );
-    let output = cargo(
-        workspace_root(),
-        &[
-            "run",
-            "--quiet",
-            "--release",
-            "-p",
-            "relax-conformance",
-            "--",
-            folder.path().to_str().unwrap(),
-        ],
-        &[],
-    );
+    let output = conformance(&[folder.path().to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert_success(
         &output,
-        "relax-conformance on pytorch-converted/test_Conv2d*",
+        "relax-conformance on pytorch-converted's Conv2d and Pool2d cases",
     );
     assert_eq!(
         cases(&stdout, &["PASS"]).len(),

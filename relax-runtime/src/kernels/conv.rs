@@ -212,6 +212,19 @@ pub(crate) struct PerFilter<'a> {
     pub(crate) shift: &'a [f32],
 }
 
+/// One convolution's tensors and what follows it: `out = epilogue(conv2d(x, w) * scale +
+/// shift + residual)`. The pointers' contract is on each algorithm's function.
+#[derive(Clone, Copy)]
+pub(crate) struct Operands<'a> {
+    pub(crate) x: *const f32,
+    /// The kernel as the algorithm takes it (OIHW, or its Winograd transform).
+    pub(crate) w: *const f32,
+    pub(crate) per_filter: Option<PerFilter<'a>>,
+    pub(crate) residual: Option<*const f32>,
+    pub(crate) epilogue: Epilogue,
+    pub(crate) out: Shared,
+}
+
 /// How a convolution is computed: by [`conv2d_into`] (the kernel as given), by
 /// [`depthwise_conv`] (one input channel per group), or by [`winograd_conv`] (the kernel
 /// in that variant's Winograd form).
@@ -224,31 +237,19 @@ enum Algorithm {
 
 impl Algorithm {
     /// # Safety
-    /// As [`conv2d_into`], and as [`winograd_conv`] for Winograd.
-    #[allow(clippy::too_many_arguments)]
+    /// As [`conv2d_into`], [`depthwise_conv`] or [`winograd_conv`] (this algorithm's).
     unsafe fn convolve(
         self,
         shape: &Conv2d,
-        x: *const f32,
-        w: *const f32,
-        per_filter: Option<PerFilter<'_>>,
-        residual: Option<*const f32>,
-        epilogue: Epilogue,
-        out: Shared,
+        operands: Operands<'_>,
         executor: Executor,
     ) -> Result<(), String> {
         // SAFETY: the caller's contract.
         unsafe {
             match self {
-                Algorithm::Unfolded => {
-                    conv2d_into(shape, x, w, per_filter, residual, epilogue, out, executor)
-                }
-                Algorithm::Depthwise => {
-                    depthwise_conv(shape, x, w, per_filter, residual, epilogue, out, executor)
-                }
-                Algorithm::Winograd(tile) => winograd_conv(
-                    tile, shape, x, w, per_filter, residual, epilogue, out, executor,
-                ),
+                Algorithm::Unfolded => conv2d_into(shape, operands, executor),
+                Algorithm::Depthwise => depthwise_conv(shape, operands, executor),
+                Algorithm::Winograd(tile) => winograd_conv(tile, shape, operands, executor),
             }
         }
     }
@@ -259,17 +260,19 @@ impl Algorithm {
 /// # Safety
 /// `x`, `w`, `residual` and `out` hold the sizes `shape` describes (`per_filter`: one
 /// value per filter), are valid for the call, and `out` overlaps none of the others.
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn conv2d_into(
     shape: &Conv2d,
-    x: *const f32,
-    w: *const f32,
-    per_filter: Option<PerFilter<'_>>,
-    residual: Option<*const f32>,
-    epilogue: Epilogue,
-    out: Shared,
+    operands: Operands<'_>,
     executor: Executor,
 ) -> Result<(), String> {
+    let Operands {
+        x,
+        w,
+        per_filter,
+        residual,
+        epilogue,
+        out,
+    } = operands;
     let residual = residual.map(|residual| Shared(residual.cast_mut()));
     let (output_height, output_width) = shape
         .output()
@@ -389,17 +392,19 @@ pub(crate) unsafe fn conv2d_into(
 ///
 /// # Safety
 /// As [`conv2d_into`], with `shape.channels == shape.groups`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn depthwise_conv(
     shape: &Conv2d,
-    x: *const f32,
-    w: *const f32,
-    per_filter: Option<PerFilter<'_>>,
-    residual: Option<*const f32>,
-    epilogue: Epilogue,
-    out: Shared,
+    operands: Operands<'_>,
     executor: Executor,
 ) -> Result<(), String> {
+    let Operands {
+        x,
+        w,
+        per_filter,
+        residual,
+        epilogue,
+        out,
+    } = operands;
     let (output_height, output_width) = shape
         .output()
         .ok_or("the kernel does not fit the padded input")?;
@@ -458,18 +463,20 @@ pub(crate) unsafe fn depthwise_conv(
 ///
 /// # Safety
 /// As [`conv2d_into`], for a 3x3 kernel with stride 1, no dilation and one group.
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn winograd_conv(
     tile: Tile,
     shape: &Conv2d,
-    x: *const f32,
-    u: *const f32,
-    per_filter: Option<PerFilter<'_>>,
-    residual: Option<*const f32>,
-    epilogue: Epilogue,
-    out: Shared,
+    operands: Operands<'_>,
     executor: Executor,
 ) -> Result<(), String> {
+    let Operands {
+        x,
+        w: u,
+        per_filter,
+        residual,
+        epilogue,
+        out,
+    } = operands;
     let (output_height, output_width) = shape
         .output()
         .ok_or("the kernel does not fit the padded input")?;
@@ -661,12 +668,14 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     unsafe {
         algorithm.convolve(
             &shape,
-            x.data,
-            w.data,
-            per_filter,
-            residual,
-            epilogue,
-            Shared(out.data),
+            Operands {
+                x: x.data,
+                w: w.data,
+                per_filter,
+                residual,
+                epilogue,
+                out: Shared(out.data),
+            },
             parallel_for,
         )
     }

@@ -162,12 +162,14 @@ fn convolutions_match_naive_loops() {
                     algorithm
                         .convolve(
                             &case,
-                            x.as_ptr(),
-                            weights.as_ptr(),
-                            per_filter,
-                            residual,
-                            epilogue,
-                            Shared(out.as_mut_ptr()),
+                            Operands {
+                                x: x.as_ptr(),
+                                w: weights.as_ptr(),
+                                per_filter,
+                                residual,
+                                epilogue,
+                                out: Shared(out.as_mut_ptr()),
+                            },
                             three_threads,
                         )
                         .unwrap()
