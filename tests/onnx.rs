@@ -116,7 +116,7 @@ fn conformance_runner_keeps_the_pass_list_and_fails_only_where_tvm_does() {
 
 /// A graph that computes a reshape target at run time (which TVM's importer alone
 /// rejects) imports after the preparation step folds it with the pinned dims, and
-/// matches onnxruntime.
+/// matches onnxruntime; so does a ReLU6 whose 0-d bounds are external weights.
 #[test]
 fn a_shape_subgraph_imports_with_pinned_dims_and_matches_onnxruntime() {
     let ours: serde_json::Value = serde_json::from_str(&run_fixture("onnx-prepare", &[])).unwrap();
@@ -129,6 +129,22 @@ fn a_shape_subgraph_imports_with_pinned_dims_and_matches_onnxruntime() {
     let reference: serde_json::Value = serde_json::from_slice(&reference.stdout).unwrap();
     assert_eq!(ours["y"]["shape"], serde_json::json!([2, 12, 3]));
     relax_cargo_tests::assert_tensors_close("y", &ours["y"], &reference["y"], 1e-6);
+    // ReLU6 with 0-d bounds kept as external weights (MobileNet's exports).
+    let clipped = ours["clipped"]["data"].as_array().unwrap();
+    assert!(
+        clipped.iter().any(|value| value.as_f64() == Some(6.0)),
+        "{clipped:?}"
+    );
+    assert!(
+        clipped.iter().any(|value| value.as_f64() == Some(0.0)),
+        "{clipped:?}"
+    );
+    relax_cargo_tests::assert_tensors_close(
+        "clipped",
+        &ours["clipped"],
+        &reference["clipped"],
+        1e-6,
+    );
 }
 
 /// Every 2-D convolution and pooling of onnx's `pytorch-converted/` cases, against the

@@ -30,7 +30,8 @@ def safetensors_bytes(named_arrays):
 
     header, chunks, offset = {}, [], 0
     for name, array in named_arrays:
-        array = np.ascontiguousarray(array)
+        # (`np.ascontiguousarray` alone would make a 0-d array 1-d: a ReLU6's bounds.)
+        array = np.ascontiguousarray(array).reshape(np.shape(array))
         data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
         header[name] = {
             "dtype": SAFETENSORS_DTYPES[str(array.dtype)],

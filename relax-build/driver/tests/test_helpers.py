@@ -27,6 +27,15 @@ class Files(unittest.TestCase):
             with open(path) as handle:
                 self.assertEqual(handle.read(), "two")
 
+    def test_a_0d_array_keeps_its_empty_shape(self):
+        import numpy as np
+
+        data = files.safetensors_bytes([("low", np.array(6.0, np.float32))])
+        (length,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8 : 8 + length])
+        self.assertEqual(header["low"], {"dtype": "F32", "shape": [], "data_offsets": [0, 4]})
+        self.assertEqual(np.frombuffer(data[8 + length :], np.float32).tolist(), [6.0])
+
     def test_safetensors_round_trip_through_the_header(self):
         import numpy as np
 
