@@ -103,6 +103,8 @@ fn convolutions_match_naive_loops() {
         shape(24, 14, 24, 3, 2, 1, 1, 24), // depthwise, stride 2 (MobileNet's downsampling)
         shape(8, 9, 16, 5, 1, 4, 2, 8),    // depthwise, multiplier 2, dilated, wide padding
         shape(40, 40, 40, 3, 1, 1, 1, 40), // depthwise, enough work for three tasks
+        shape(8, 11, 8, 3, 2, 2, 2, 8),    // depthwise, stride 2, dilated, padding 2
+        shape(6, 23, 12, 3, 3, 1, 1, 6),   // depthwise, stride 3, multiplier 2, rows over 16
     ];
     for case in cases {
         let (oh, ow) = case.output().unwrap();
