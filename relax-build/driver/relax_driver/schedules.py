@@ -55,7 +55,7 @@ class Reduction(dlight.cpu.Reduction):
         return super().apply(func, target, tunable)
 
 
-# A reduction over fewer values than this per output (with static extents) is a window.
+# A reduction over at most this many values per output (static extents) is a window.
 WINDOW_VALUES = 64
 
 
