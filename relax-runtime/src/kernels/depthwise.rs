@@ -86,14 +86,11 @@ multiversion! {
         let buffer = prefix(scratch, padded_len + runs * LANES);
         let (padded, sums) = buffer.split_at_mut(padded_len);
         padded.iter_mut().for_each(|value| *value = 0.0);
+        // With stride 1 the padded plane is the input plus all its padding
+        // (`padded_width` = left + width + right), so every input value has its place.
         for (y, row) in input.chunks_exact(plane.width.max(1)).enumerate() {
             let start = (y + top) * padded_width + left;
-            // The input's right and bottom edges may lie past the windows (padding
-            // narrower than a stride would use): those values are never read.
-            let inside = plane.width.min(padded_width.saturating_sub(left));
-            if y + top < padded_height {
-                padded[start..start + inside].copy_from_slice(&row[..inside]);
-            }
+            padded[start..start + row.len()].copy_from_slice(row);
         }
         for (run, sums) in sums.chunks_exact_mut(LANES).enumerate() {
             let base = run * LANES;
