@@ -40,3 +40,29 @@ fn every_benchmark_model_matches_onnxruntime() {
         "{report}"
     );
 }
+
+/// `--only` names models of the bench; a name that is not one, or no names, is an error
+/// that says which.
+#[test]
+fn only_refuses_names_that_are_not_models_of_the_bench() {
+    let run = |args: &[&str]| {
+        let mut all = vec!["run", "--quiet", "--release", "-p", "relax-bench", "--"];
+        all.extend_from_slice(args);
+        relax_cargo_tests::cargo(relax_cargo_tests::workspace_root(), &all, &[])
+    };
+    let unknown = run(&["--check", "--only", "resnet50,resnet51"]);
+    assert!(!unknown.status.success());
+    let message = relax_cargo_tests::stderr(&unknown);
+    assert!(
+        message.contains("`resnet51` is not a model of the bench (they are: mlp_b1, ")
+            && message.contains("squeezenet"),
+        "{message}"
+    );
+    let empty = run(&["--check", "--only"]);
+    assert!(!empty.status.success());
+    let message = relax_cargo_tests::stderr(&empty);
+    assert!(
+        message.contains("--only needs model names, comma-separated"),
+        "{message}"
+    );
+}

@@ -93,8 +93,8 @@ def write_atomically(model, path):
     os.replace(temporary, path)
 
 
-# The light models relax-bench runs besides ResNet-50 (their architectures, as onnx ships
-# them under backend/test/data/light/), each with its seed.
+# The light models relax-bench runs, ResNet-50 among them (their architectures, as onnx
+# ships them under backend/test/data/light/), each with its seed.
 LIGHT_MODELS = {"resnet50": 50, "densenet121": 121, "inception_v1": 1, "inception_v2": 2, "shufflenet": 3, "squeezenet": 4}
 
 

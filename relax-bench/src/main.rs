@@ -17,7 +17,7 @@
 //! shared machine's noisy spells hit every column alike.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -114,19 +114,16 @@ fn main() -> Result<(), Failure> {
     let mut cases = cases()?;
     let only = only_models()?;
     if let Some(names) = &only {
-        cases.retain(|case| names.iter().any(|name| name == case.name));
-        if cases.len() != names.len() {
+        let all: Vec<&str> = cases.iter().map(|case| case.name).collect();
+        if let Some(unknown) = names.iter().find(|name| !all.contains(&name.as_str())) {
             return Err(format!(
-                "--only {}: not every name is a model of the bench (they are: {})",
+                "--only {}: `{unknown}` is not a model of the bench (they are: {})",
                 names.join(","),
-                self::cases()?
-                    .iter()
-                    .map(|case| case.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                all.join(", ")
             )
             .into());
         }
+        cases.retain(|case| names.iter().any(|name| name == case.name));
     }
     if check {
         return check_outputs(&cases);
@@ -398,30 +395,35 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: None,
         },
         light_case(
+            &generated,
             "densenet121",
             "data_0",
             2.0 * 2.83e9,
             densenet121::Model::load()?.into_session(),
         ),
         light_case(
+            &generated,
             "inception_v1",
             "data_0",
             2.0 * 1.43e9,
             inception_v1::Model::load()?.into_session(),
         ),
         light_case(
+            &generated,
             "inception_v2",
             "data_0",
             2.0 * 2.02e9,
             inception_v2::Model::load()?.into_session(),
         ),
         light_case(
+            &generated,
             "shufflenet",
             "gpu_0/data_0",
             2.0 * 0.124e9,
             shufflenet::Model::load()?.into_session(),
         ),
         light_case(
+            &generated,
             "squeezenet",
             "data_0",
             2.0 * 0.349e9,
@@ -432,12 +434,17 @@ fn cases() -> Result<Vec<Case>, Failure> {
 
 /// One of the light models build.rs generates besides ResNet-50: one 1x3x224x224 image,
 /// no tuned build. `flops`: twice its convolutions' multiply-adds (counted on the graph).
-fn light_case(name: &'static str, input: &'static str, flops: f64, default: Session) -> Case {
+/// `generated`: the folder build.rs writes them to.
+fn light_case(
+    generated: &Path,
+    name: &'static str,
+    input: &'static str,
+    flops: f64,
+    default: Session,
+) -> Case {
     Case {
         name,
-        onnx: PathBuf::from(env!("OUT_DIR"))
-            .join("models")
-            .join(format!("{name}.onnx")),
+        onnx: generated.join(format!("{name}.onnx")),
         function: "main",
         inputs: vec![Input {
             name: input,
