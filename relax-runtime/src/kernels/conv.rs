@@ -1,6 +1,7 @@
 //! 2-D convolutions (NCHW input, OIHW weights) as matrix multiplications: a 1x1
 //! convolution with stride 1 multiplies the input directly, any other unfolds the
-//! patches of its block of output pixels first (im2col).
+//! patches of its block of output pixels first (im2col). The products run on
+//! [`strips`](super::strips) where the CPU has AVX-512, else on the gemm crate.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -9,8 +10,10 @@ use super::depthwise::{depthwise_plane, Plane};
 use super::edges::inside_columns;
 use super::epilogue::{add, scale_shift, Epilogue};
 use super::gemm::{gemm_block, Rhs};
+use super::panels::avx512_available;
 use super::parallel::{chunk, parallel_for, Executor, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
+use super::strips::{multiply_strips, InRegisters, Product, Then};
 use super::tensor::Arguments;
 use super::winograd::{winograd_into, Plan, Tile};
 
@@ -290,6 +293,7 @@ pub(crate) unsafe fn conv2d_into(
             let first_output = (image * shape.filters + group * filters) * pixels;
             let output = Shared(out.at(first_output));
             let by_pixels = pixels >= 2 * MIN_TASK_PIXELS;
+            let strips = avx512_available();
             // The per-filter step and epilogue of one output block, while it is in cache.
             let finish = |rows: Range<usize>, columns: Range<usize>| {
                 for filter in rows {
@@ -315,6 +319,18 @@ pub(crate) unsafe fn conv2d_into(
                     );
                 }
             };
+            // The same for strips: all in registers, but a GELU.
+            let in_registers = InRegisters {
+                scale: per_filter
+                    .and_then(|per_filter| per_filter.scale)
+                    .map(|scale| &scale[group * filters..]),
+                shift: per_filter.map(|per_filter| &per_filter.shift[group * filters..]),
+                residual: residual.map(|residual| Shared(residual.at(first_output))),
+                relu: epilogue == Epilogue::Relu,
+            };
+            let activation = |_: usize, _: Range<usize>, values: &mut [f32]| epilogue.apply(values);
+            let then: Then<'_> =
+                matches!(epilogue, Epilogue::Gelu | Epilogue::GeluTanh).then_some(&activation);
             executor(filters * pixels * depth < INLINE_WORK, &|task, tasks| {
                 let (rows, columns) = if by_pixels {
                     (0..filters, chunk(pixels, tasks, task, PIXEL_TILE))
@@ -322,6 +338,22 @@ pub(crate) unsafe fn conv2d_into(
                     (chunk(filters, tasks, task, 8), 0..pixels)
                 };
                 if rows.is_empty() || columns.is_empty() {
+                    return;
+                }
+                if shape.pointwise() && strips {
+                    let product = Product {
+                        depth,
+                        w: weights.get(),
+                        w_filter_stride: depth,
+                        w_depth_stride: 1,
+                        x: input.get(),
+                        x_stride: plane,
+                        out: output,
+                        out_stride: pixels,
+                    };
+                    // SAFETY: AVX-512F is there (`strips`); the group's weights and input
+                    // planes, read only; the block (rows, columns) is this task's alone.
+                    unsafe { multiply_strips(&product, rows, columns, &in_registers, then) };
                     return;
                 }
                 if shape.pointwise() {
@@ -358,6 +390,37 @@ pub(crate) unsafe fn conv2d_into(
                         let block_columns = start..(start + block).min(columns.end);
                         let unfolded = prefix(unfolded, depth * block_columns.len());
                         im2col(shape, source, output_width, block_columns.clone(), unfolded);
+                        if strips {
+                            let product = Product {
+                                depth,
+                                w: weights.get(),
+                                w_filter_stride: depth,
+                                w_depth_stride: 1,
+                                x: unfolded.as_ptr(),
+                                x_stride: block_columns.len(),
+                                out: Shared(output.at(block_columns.start)),
+                                out_stride: pixels,
+                            };
+                            let in_registers = InRegisters {
+                                residual: in_registers
+                                    .residual
+                                    .map(|residual| Shared(residual.at(block_columns.start))),
+                                ..in_registers
+                            };
+                            // SAFETY: AVX-512F is there (`strips`); `unfolded` holds `depth`
+                            // rows of this block's columns; the destination block is this
+                            // task's alone.
+                            unsafe {
+                                multiply_strips(
+                                    &product,
+                                    rows.clone(),
+                                    0..block_columns.len(),
+                                    &in_registers,
+                                    then,
+                                )
+                            };
+                            continue;
+                        }
                         let rhs = Rhs {
                             data: Shared(unfolded.as_mut_ptr()),
                             row_stride: block_columns.len() as isize,

@@ -5,8 +5,9 @@
 //! `R.call_dps_packed("relax_runtime.<kernel>", ...)`; the functions below are
 //! registered under those names (`TVMFFIFunctionCreate` + `TVMFFIFunctionSetGlobal`)
 //! when the TVM runtime is loaded, before any model. They compute with the `gemm` crate
-//! (AVX-512, AVX2 or NEON, chosen at run time) or, for weights relax-runtime converted
-//! at load, their own tiles (`panels`, `winograd`), split over TVM's thread pool.
+//! (AVX-512, AVX2 or NEON, chosen at run time) or their own tiles: for weights
+//! relax-runtime converted at load (`panels`, `winograd`), and, on AVX-512 CPUs, for
+//! convolutions' products (`strips`); split over TVM's thread pool.
 //!
 //! | name | arguments (outputs last) |
 //! |---|---|
@@ -38,6 +39,7 @@ mod parallel;
 mod rows;
 mod scratch;
 mod simd;
+mod strips;
 mod tensor;
 mod winograd;
 

@@ -19,8 +19,10 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::gemm::multiply;
+use super::panels::avx512_available;
 use super::parallel::{chunk, Executor, Shared};
 use super::scratch::{prefix, reuse};
+use super::strips::{multiply_strips, InRegisters, Product};
 
 /// A Winograd variant: the side of its output tiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +67,10 @@ const INPUT_BLOCK_BYTES: usize = 512 * 1024;
 /// Below this many tiles per block, filters are the multiplications' wide axis (the
 /// AVX-512 microkernel covers 64 values of it at a time).
 const WIDE_TILES: usize = 64;
+
+/// Fewer tiles than this per block are multiplied by the gemm crate (filters along its
+/// vectors), not by strips (tiles along the vectors, the last one partly empty).
+const MIN_STRIP_TILES: usize = 40;
 
 /// Filters per block of the multiplications' results (`values x FILTER_BLOCK x tiles`).
 const FILTER_BLOCK: usize = 64;
@@ -282,6 +288,7 @@ unsafe fn run(
     let values = plan.tile.values();
     let output_plane = plan.output_height * plan.output_width;
     let side = plan.tile.output();
+    let strips = avx512_available() && tiles >= MIN_STRIP_TILES;
     for block_start in filters.clone().step_by(FILTER_BLOCK) {
         let block = block_start..(block_start + FILTER_BLOCK).min(filters.end);
         let count = values * block.len() * tiles;
@@ -294,6 +301,31 @@ unsafe fn run(
                 .at(xi * channels * plan.filters + block.start)
                 .cast_const();
             let product = products.at(xi * block.len() * tiles);
+            if strips {
+                let operands = Product {
+                    depth: channels,
+                    w: u_block,
+                    w_filter_stride: 1,
+                    w_depth_stride: plan.filters,
+                    x: v,
+                    x_stride: tiles,
+                    out: Shared(product),
+                    out_stride: tiles,
+                };
+                // SAFETY: AVX-512F is there (`strips`); U[ξ]'s columns of this block's
+                // filters, V[ξ] (`channels x tiles`), into this task's own buffer of block
+                // filters x tiles.
+                unsafe {
+                    multiply_strips(
+                        &operands,
+                        0..block.len(),
+                        0..tiles,
+                        &InRegisters::default(),
+                        None,
+                    )
+                };
+                continue;
+            }
             if wide_tiles {
                 // SAFETY: U[ξ]'s columns of this block's filters (`channels` rows of
                 // `filters`), V[ξ] (`channels x tiles`), into this task's own buffer of

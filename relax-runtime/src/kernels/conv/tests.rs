@@ -122,6 +122,7 @@ fn convolutions_match_naive_loops() {
             (true, true, false, Epilogue::None),
             (true, true, true, Epilogue::Relu),
             (false, false, true, Epilogue::None),
+            (true, true, true, Epilogue::Gelu),
         ] {
             let mut expected = naive(&case, &x, &w, None);
             let pixels = oh * ow;
