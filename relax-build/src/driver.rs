@@ -33,6 +33,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/errors.py"),
     ),
     (
+        "relax_driver/fast_math.py",
+        include_str!("../driver/relax_driver/fast_math.py"),
+    ),
+    (
         "relax_driver/files.py",
         include_str!("../driver/relax_driver/files.py"),
     ),

@@ -39,13 +39,15 @@ def compile_module(ir_module, target, request):
     """Compiles with the requested pipeline, TIR pipeline and opt level.
 
     "zero": relax.get_pipeline("zero") as a pre-pass (constant folding, fusion), then the
-    CPU backend pipeline; "cpu": the backend pipeline alone; "default": tvm.compile's
-    "default" pipeline alone. (Offloading, see offload.py, happened before.) With tuning
+    CPU backend pipeline; "cpu": the backend pipeline alone (both with fast exponentials,
+    see fast_math.py); "default": tvm.compile's "default" pipeline alone. (Offloading, see offload.py, happened before.) With tuning
     records, TVM's static_shape_tuning pipeline with no trials (the records' schedules
     applied) replaces the pre-pass.
     """
     import tvm
     from tvm import relax
+
+    from . import fast_math
 
     pipeline = request["pipeline"]
     if pipeline not in ("zero", "cpu", "default"):
@@ -59,7 +61,12 @@ def compile_module(ir_module, target, request):
                     ir_module = relax.get_pipeline(
                         "static_shape_tuning", total_trials=0, target=target, work_dir=work_dir
                     )(ir_module)
-            elif pipeline == "zero":
+            elif pipeline in ("zero", "cpu"):
+                # Ops legalized first, those whose libm calls would not vectorize in fast
+                # forms (see fast_math.py); the pipelines' own LegalizeOps has nothing left.
+                legalize = relax.transform.LegalizeOps(customize_legalize_map=fast_math.legalizations())
+                ir_module = legalize(ir_module)
+            if pipeline == "zero" and not records:
                 ir_module = relax.get_pipeline("zero")(ir_module)
             if pipeline == "default":
                 relax_pipeline = "default"

@@ -1,0 +1,74 @@
+"""Unit tests of the fast forms of exp, sigmoid, tanh and erf (fast_math.py) through the
+driver's backend pipeline (these need TVM: tests/driver_python.rs runs them with the
+toolchain's Python).
+
+    python -m unittest discover -s relax-build/driver/tests
+"""
+
+import math
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+from tvm import relax  # noqa: E402
+
+from relax_driver import build  # noqa: E402
+
+TARGET = {"kind": "llvm", "mcpu": "x86-64-v4"}
+
+OPS = {
+    "exp": (relax.op.exp, np.exp),
+    "sigmoid": (relax.op.sigmoid, lambda x: 1 / (1 + np.exp(-x.astype(np.float64)))),
+    "tanh": (relax.op.tanh, np.tanh),
+    "erf": (relax.op.erf, np.vectorize(math.erf)),
+}
+
+
+def unary(op, shape, dtype):
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            output = builder.emit_output(op(x))
+        builder.emit_func_output(output)
+    return builder.get()
+
+
+def compiled(module):
+    return build.compile_module(module, tvm.target.Target(TARGET), {"pipeline": "zero", "opt_level": 3})
+
+
+def llvm_source(executable):
+    """The LLVM IR of the executable's compiled loops."""
+    return "\n".join(module.inspect_source("ll") for module in executable.mod.imports)
+
+
+class FastForms(unittest.TestCase):
+    def test_each_op_vectorizes_without_libm_calls_and_matches_numpy(self):
+        # Over float32's whole useful range: tails, zero, and 2 * 16 * 31 values.
+        x = np.concatenate([np.linspace(-30, 30, 2 * 16 * 31 - 3), [-87.0, 0.0, 87.0]]).astype(np.float32)
+        for name, (op, reference) in OPS.items():
+            with self.subTest(op=name):
+                executable = compiled(unary(op, list(x.shape), "float32"))
+                source = llvm_source(executable)
+                for libm in ("@expf", "@tanhf", "@erff", "@llvm.exp."):
+                    self.assertFalse(libm in source, f"{name} still calls {libm}")
+                vm = relax.VirtualMachine(executable, tvm.cpu())
+                got = vm["main"](tvm.runtime.tensor(x)).numpy()
+                want = reference(x.astype(np.float64))
+                np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7, err_msg=name)
+
+    def test_other_dtypes_keep_tvm_s_own_legalization(self):
+        x = np.linspace(-5, 5, 64).astype(np.float64)
+        executable = compiled(unary(relax.op.sigmoid, [64], "float64"))
+        got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+        np.testing.assert_allclose(got, 1 / (1 + np.exp(-x)), rtol=1e-14)
+        self.assertTrue("@llvm.exp." in llvm_source(executable), "float64 sigmoid: no llvm.exp")
+
+
+if __name__ == "__main__":
+    unittest.main()
