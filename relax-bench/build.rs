@@ -1,4 +1,4 @@
-//! Generates ResNet-50 and the other light models (their random weights, 5 to 100 MB
+//! Generates ResNet-50 and the other image models (their random weights, 5 to 100 MB
 //! each, are not committed) into OUT_DIR,
 //! compiles the models, then writes the ONNX graph of MiniLM for onnxruntime from the
 //! weights the `minilm` model fetched.
@@ -8,14 +8,17 @@ use std::process::Command;
 
 use relax_build::{tooling, Config};
 
-/// The models make_models.py builds from onnx's light architectures (its LIGHT_MODELS).
-const LIGHT_MODELS: [&str; 6] = [
+/// The models make_models.py generates: from onnx's light architectures (its
+/// LIGHT_MODELS) and the mobile ones it writes itself (MOBILE_MODELS).
+const GENERATED_MODELS: [&str; 8] = [
     "resnet50",
     "densenet121",
     "inception_v1",
     "inception_v2",
     "shufflenet",
     "squeezenet",
+    "mobilenet_v2",
+    "efficientnet_b0",
 ];
 
 fn main() {
@@ -30,7 +33,7 @@ fn main() {
         .python;
     let models = out_dir.join("models");
     std::fs::create_dir_all(&models).expect("creating OUT_DIR/models");
-    for name in LIGHT_MODELS {
+    for name in GENERATED_MODELS {
         generate(
             &python,
             &script,

@@ -26,6 +26,8 @@ fn every_benchmark_model_matches_onnxruntime() {
         "inception_v2",
         "shufflenet",
         "squeezenet",
+        "mobilenet_v2",
+        "efficientnet_b0",
     ] {
         assert!(
             checked

@@ -1,7 +1,7 @@
 """Writes the benchmark's ONNX models (seeded random weights; needs numpy and onnx).
 
     python relax-bench/models/make_models.py                       the small committed models
-    python relax-bench/models/make_models.py NAME OUT.onnx         a light model, NAME one of LIGHT_MODELS (relax-bench's build.rs)
+    python relax-bench/models/make_models.py NAME OUT.onnx         a generated model, NAME one of LIGHT_MODELS or MOBILE_MODELS (relax-bench's build.rs)
     python relax-bench/models/make_models.py minilm WEIGHTS OUT    all-MiniLM-L6-v2 (the bench's ORT side)
 
 mlp_b1.onnx / mlp_b64.onnx  784-128-10 MLP (Gemm, Relu, Gemm) at batch 1 and 64
@@ -12,7 +12,8 @@ add.onnx                    C = A + B on float32[1, 4] (the VM call overhead cas
 ResNet-50 (100 MB of weights), the other light models and MiniLM (90 MB) are not
 committed: ResNet-50, DenseNet-121, Inception v1 and v2, ShuffleNet and SqueezeNet are the
 architectures onnx ships as backend/test/data/light/light_<name>.onnx with seeded random
-weights; the MiniLM graph is built here, op for op as an exporter writes a BERT
+weights; MobileNetV2 and EfficientNet-B0 are built here as PyTorch exports torchvision's,
+with seeded random weights; the MiniLM graph is built here, op for op as an exporter writes a BERT
 encoder, from the safetensors weights the bench's `minilm` model fetches.
 """
 
@@ -164,6 +165,121 @@ def light_model(name, path):
     write_atomically(model, path)
 
 
+# Mobile architectures, written here as PyTorch's exporter writes torchvision's models
+# (batch norms folded into the convolutions' biases, SiLU as Sigmoid and Mul, ReLU6 as
+# Clip with 0-d Constant bounds), each with its seed.
+MOBILE_MODELS = {"mobilenet_v2": 22, "efficientnet_b0": 7}
+
+
+class Builder:
+    """An ONNX graph on one 1x3x224x224 input, built op by op, with seeded weights:
+    He-scaled convolutions (each filter scaled by [0.5, 1), as a folded batch norm would)
+    and biases in [-0.1, 0.1)."""
+
+    def __init__(self, seed):
+        self.generator = np.random.default_rng(seed)
+        self.nodes, self.initializers, self.count = [], [], 0
+
+    def name(self, kind):
+        self.count += 1
+        return f"{kind}_{self.count}"
+
+    def node(self, op, inputs, **attributes):
+        output = self.name(op.lower())
+        self.nodes.append(helper.make_node(op, inputs, [output], **attributes))
+        return output
+
+    def constant(self, array, kind="w"):
+        name = self.name(kind)
+        self.initializers.append(numpy_helper.from_array(np.asarray(array, np.float32), name))
+        return name
+
+    def conv(self, x, channels, filters, kernel=1, stride=1, groups=1):
+        fan_in = channels // groups * kernel * kernel
+        w = self.generator.standard_normal((filters, channels // groups, kernel, kernel)) * math.sqrt(2.0 / fan_in)
+        w *= self.generator.uniform(0.8, 1.2, (filters, 1, 1, 1))
+        b = self.generator.uniform(-0.1, 0.1, filters)
+        pad = kernel // 2
+        return self.node(
+            "Conv",
+            [x, self.constant(w), self.constant(b, "b")],
+            kernel_shape=[kernel, kernel],
+            strides=[stride, stride],
+            pads=[pad] * 4,
+            group=groups,
+        )
+
+    def silu(self, x):
+        return self.node("Mul", [x, self.node("Sigmoid", [x])])
+
+    def relu6(self, x):
+        bounds = []
+        for value in (0.0, 6.0):
+            bound = self.name("bound")
+            self.nodes.append(helper.make_node("Constant", [], [bound], value=numpy_helper.from_array(np.array(value, np.float32))))
+            bounds.append(bound)
+        return self.node("Clip", [x, *bounds])
+
+    def classifier(self, x, channels):
+        flat = self.node("Flatten", [self.node("GlobalAveragePool", [x])], axis=1)
+        w = self.generator.standard_normal((1000, channels)) * math.sqrt(1.0 / channels)
+        b = self.generator.uniform(-0.1, 0.1, 1000)
+        return self.node("Gemm", [flat, self.constant(w), self.constant(b, "b")], transB=1)
+
+
+def mobilenet_v2(builder):
+    """torchvision's MobileNetV2: inverted residual blocks (expand 1x1, depthwise 3x3,
+    project 1x1), ReLU6."""
+    x = builder.relu6(builder.conv("input", 3, 32, 3, 2))
+    channels = 32
+    for expand, filters, repeats, first_stride in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for index in range(repeats):
+            stride = first_stride if index == 0 else 1
+            hidden = channels * expand
+            y = x if expand == 1 else builder.relu6(builder.conv(x, channels, hidden))
+            y = builder.relu6(builder.conv(y, hidden, hidden, 3, stride, groups=hidden))
+            y = builder.conv(y, hidden, filters)
+            x = builder.node("Add", [x, y]) if stride == 1 and channels == filters else y
+            channels = filters
+    return builder.classifier(builder.relu6(builder.conv(x, channels, 1280)), 1280)
+
+
+def efficientnet_b0(builder):
+    """torchvision's EfficientNet-B0: MBConv blocks (expand 1x1, depthwise 3x3 or 5x5,
+    squeeze-and-excitation, project 1x1), SiLU."""
+    x = builder.silu(builder.conv("input", 3, 32, 3, 2))
+    channels = 32
+    for expand, kernel, first_stride, filters, repeats in [(1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)]:
+        for index in range(repeats):
+            stride = first_stride if index == 0 else 1
+            hidden = channels * expand
+            y = x if expand == 1 else builder.silu(builder.conv(x, channels, hidden))
+            y = builder.silu(builder.conv(y, hidden, hidden, kernel, stride, groups=hidden))
+            squeezed = max(1, channels // 4)
+            scale = builder.silu(builder.conv(builder.node("GlobalAveragePool", [y]), hidden, squeezed))
+            y = builder.node("Mul", [y, builder.node("Sigmoid", [builder.conv(scale, squeezed, hidden)])])
+            y = builder.conv(y, hidden, filters)
+            x = builder.node("Add", [x, y]) if stride == 1 and channels == filters else y
+            channels = filters
+    return builder.classifier(builder.silu(builder.conv(x, channels, 1280)), 1280)
+
+
+def mobile_model(name, path):
+    builder = Builder(MOBILE_MODELS[name])
+    logits = {"mobilenet_v2": mobilenet_v2, "efficientnet_b0": efficientnet_b0}[name](builder)
+    graph = helper.make_graph(
+        builder.nodes,
+        name,
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 224, 224])],
+        [helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, 1000])],
+        builder.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="relax-bench")
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    write_atomically(model, path)
+
+
 def load_safetensors(path):
     raw = open(path, "rb").read()
     (length,) = struct.unpack("<Q", raw[:8])
@@ -256,6 +372,8 @@ if __name__ == "__main__":
         small_models()
     elif sys.argv[1] in LIGHT_MODELS and len(sys.argv) == 3:
         light_model(sys.argv[1], sys.argv[2])
+    elif sys.argv[1] in MOBILE_MODELS and len(sys.argv) == 3:
+        mobile_model(sys.argv[1], sys.argv[2])
     elif sys.argv[1] == "minilm" and len(sys.argv) == 4:
         minilm(sys.argv[2], sys.argv[3])
     else:

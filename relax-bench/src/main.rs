@@ -35,6 +35,8 @@ relax_runtime::include_model!("inception_v1");
 relax_runtime::include_model!("inception_v2");
 relax_runtime::include_model!("shufflenet");
 relax_runtime::include_model!("squeezenet");
+relax_runtime::include_model!("mobilenet_v2");
+relax_runtime::include_model!("efficientnet_b0");
 relax_runtime::include_model!("minilm");
 relax_runtime::include_model!("mlp_b1_tuned");
 relax_runtime::include_model!("mlp_b64_tuned");
@@ -262,6 +264,8 @@ fn main() -> Result<(), Failure> {
         "inception_v2_default_vs_ort",
         "shufflenet_default_vs_ort",
         "squeezenet_default_vs_ort",
+        "mobilenet_v2_default_vs_ort",
+        "efficientnet_b0_default_vs_ort",
     ];
     let line: Vec<String> = keys
         .iter()
@@ -428,6 +432,20 @@ fn cases() -> Result<Vec<Case>, Failure> {
             "data_0",
             2.0 * 0.349e9,
             squeezenet::Model::load()?.into_session(),
+        ),
+        light_case(
+            &generated,
+            "mobilenet_v2",
+            "input",
+            2.0 * 0.301e9,
+            mobilenet_v2::Model::load()?.into_session(),
+        ),
+        light_case(
+            &generated,
+            "efficientnet_b0",
+            "input",
+            2.0 * 0.386e9,
+            efficientnet_b0::Model::load()?.into_session(),
         ),
     ])
 }
