@@ -6,12 +6,16 @@
 //! first; then every output value is a weighted sum of the padded plane at fixed offsets
 //! (one per kernel tap), so runs of 16 outputs are accumulated in registers over all
 //! taps and stored once. Output positions are numbered along the padded rows, so a run
-//! may cross a row end (the values past each row's end are computed and dropped). With a
-//! larger stride, each output row is accumulated from strided runs of the input rows.
+//! may cross a row end (the values past each row's end are computed and dropped). With
+//! stride 2 on AVX-512 CPUs, likewise through a zero-padded plane, output row by output
+//! row: a tap's 16 inputs (every other value) are picked out of two vector loads by one
+//! permutation. With another stride, each output row is accumulated from strided runs of
+//! the input rows.
 
 use std::cell::RefCell;
 
 use super::edges::inside_columns;
+use super::panels::avx512_available;
 use super::scratch::{prefix, reuse};
 use super::simd::multiversion;
 
@@ -62,9 +66,38 @@ pub(crate) fn depthwise_plane(plane: &Plane, input: &[f32], weights: &[f32], out
         reuse(&PADDED, |scratch| {
             padded_plane(plane, input, weights, out, scratch)
         });
+    } else if plane.stride == (2, 2) && avx512_available() {
+        #[cfg(target_arch = "x86_64")]
+        reuse(&PADDED, |scratch| {
+            // SAFETY: this CPU has AVX-512F (checked above).
+            unsafe { avx512::stride2_plane(plane, input, weights, out, scratch) }
+        });
     } else {
         strided_plane(plane, input, weights, out);
     }
+}
+
+/// Copies `input` into a zero plane of `padded_width` columns and at least `rows` rows,
+/// `top` rows and `left` columns in, followed by `margin` zeros (for vector reads past
+/// its end); returns the plane and the rest of `scratch`'s first `extra` values.
+fn zero_padded<'a>(
+    plane: &Plane,
+    input: &[f32],
+    (padded_width, rows): (usize, usize),
+    margin: usize,
+    extra: usize,
+    scratch: &'a mut Vec<f32>,
+) -> (&'a mut [f32], &'a mut [f32]) {
+    let (top, left) = plane.padding;
+    let padded_len = rows * padded_width + margin;
+    let buffer = prefix(scratch, padded_len + extra);
+    let (padded, rest) = buffer.split_at_mut(padded_len);
+    padded.iter_mut().for_each(|value| *value = 0.0);
+    for (y, row) in input.chunks_exact(plane.width.max(1)).enumerate() {
+        let start = (y + top) * padded_width + left;
+        padded[start..start + row.len()].copy_from_slice(row);
+    }
+    (padded, rest)
 }
 
 multiversion! {
@@ -73,7 +106,6 @@ multiversion! {
     fn padded_plane(plane: &Plane, input: &[f32], weights: &[f32], out: &mut [f32], scratch: &mut Vec<f32>) {
         let (kernel_h, kernel_w) = plane.kernel;
         let (dilation_h, dilation_w) = plane.dilation;
-        let (top, left) = plane.padding;
         // Every window lies in the padded plane: stride 1, so its rows are the output's
         // plus the kernel's span, likewise its columns.
         let padded_width = plane.output_width + (kernel_w - 1) * dilation_w;
@@ -82,16 +114,10 @@ multiversion! {
         // padded plane's end: zeros.
         let positions = (plane.output_height - 1) * padded_width + plane.output_width;
         let runs = positions.div_ceil(LANES);
-        let padded_len = padded_height * padded_width + LANES;
-        let buffer = prefix(scratch, padded_len + runs * LANES);
-        let (padded, sums) = buffer.split_at_mut(padded_len);
-        padded.iter_mut().for_each(|value| *value = 0.0);
         // With stride 1 the padded plane is the input plus all its padding
         // (`padded_width` = left + width + right), so every input value has its place.
-        for (y, row) in input.chunks_exact(plane.width.max(1)).enumerate() {
-            let start = (y + top) * padded_width + left;
-            padded[start..start + row.len()].copy_from_slice(row);
-        }
+        let (padded, sums) =
+            zero_padded(plane, input, (padded_width, padded_height), LANES, runs * LANES, scratch);
         for (run, sums) in sums.chunks_exact_mut(LANES).enumerate() {
             let base = run * LANES;
             let mut sum = [0f32; LANES];
@@ -140,6 +166,84 @@ multiversion! {
                         outputs.iter_mut().zip(inputs).for_each(|(value, input)| *value += weight * input);
                     }
                 }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{zero_padded, Plane, LANES};
+
+    /// [`depthwise_plane`](super::depthwise_plane) with stride 2 (MobileNet's downsampling
+    /// layers), through a zero-padded copy of the plane: each run of 16 outputs of a row
+    /// sums, over the kernel's taps, the even values of 32 consecutive padded values,
+    /// picked out of two vector loads by one permutation.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `plane.stride` is (2, 2).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn stride2_plane(
+        plane: &Plane,
+        input: &[f32],
+        weights: &[f32],
+        out: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) {
+        let (kernel_h, kernel_w) = plane.kernel;
+        let (dilation_h, dilation_w) = plane.dilation;
+        let (top, left) = plane.padding;
+        // Wide and high enough for the input and for every window: the last output's
+        // window ends at 2 (outputs - 1) + span.
+        let span_w = (kernel_w - 1) * dilation_w + 1;
+        let span_h = (kernel_h - 1) * dilation_h + 1;
+        let padded_width = (left + plane.width).max(2 * (plane.output_width - 1) + span_w);
+        let padded_height = (top + plane.height).max(2 * (plane.output_height - 1) + span_h);
+        // A run reads 2 x 16 values from its first tap; the last run of a row, which
+        // may pass the row's end, up to 2 x 16 past the last window.
+        let (padded, _) = zero_padded(
+            plane,
+            input,
+            (padded_width, padded_height),
+            4 * LANES,
+            0,
+            scratch,
+        );
+        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        for (oy, row) in out.chunks_exact_mut(plane.output_width).enumerate() {
+            for first in (0..plane.output_width).step_by(LANES) {
+                let count = LANES.min(plane.output_width - first);
+                let mut sum = _mm512_setzero_ps();
+                for ky in 0..kernel_h {
+                    let line = (2 * oy + ky * dilation_h) * padded_width + 2 * first;
+                    for kx in 0..kernel_w {
+                        let at = line + kx * dilation_w;
+                        // SAFETY: the 32 values from `at` are inside `padded`: its row is
+                        // at most 2 (output_height - 1) + span_h - 1 < padded_height, its
+                        // column at most 2 (output_width - 1) + span_w - 1 < padded_width,
+                        // so `at + 31` is below padded_height x padded_width + 31, inside
+                        // the margin of 64 past the plane.
+                        let taps = unsafe {
+                            let values = padded.as_ptr().add(at);
+                            _mm512_permutex2var_ps(
+                                _mm512_loadu_ps(values),
+                                evens,
+                                _mm512_loadu_ps(values.add(LANES)),
+                            )
+                        };
+                        let weight = _mm512_set1_ps(weights[ky * kernel_w + kx]);
+                        sum = _mm512_fmadd_ps(weight, taps, sum);
+                    }
+                }
+                let mask = if count == LANES {
+                    0xFFFF
+                } else {
+                    ((1u32 << count) - 1) as u16
+                };
+                // SAFETY: `count` values of `row` from `first`.
+                unsafe { _mm512_mask_storeu_ps(row.as_mut_ptr().add(first), mask, sum) };
             }
         }
     }
