@@ -14,7 +14,9 @@ it binds: `y = matmul(x, t)` with `t = permute_dims(w)` becomes a dense kernel c
 following `z = add(y, bias)` (when `y` has no other use) folds the bias into that call.
 An add of a tensor of the output's own shape (a residual connection) folds too, into the
 kernel's `_add` variant, which takes that tensor as its last input, and so does an
-activation after it. Bindings left unused are removed afterwards.
+activation after it: ReLU, GELU, and ReLU6, also as `max(y, 0)` then `min(that, 6)` or
+`clip(y, 0, 6)` (ONNX's importer writes Clip as call_tirs of max and min PrimFuncs
+against 0-d bounds). Bindings left unused are removed afterwards.
 
 A weight (a parameter bound at load time) used only as a dense layer's weight (`[in,
 out]`, or `[out, in]` taken transposed, as `nn.Linear` stores it) is taken packed in
@@ -30,11 +32,16 @@ fewer multiply-adds) or `[16, in, out]` for F(2x2, 3x3) (`"layout": "winograd"`,
 times fewer), computed by relax-runtime when it loads the weights.
 """
 
+import math
+
 import tvm
 from tvm import relax, sym
 
 # Activation op -> the kernels' epilogue code.
-EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3}
+EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3, "relax.nn.relu6": 4}
+RELU, RELU6 = 1, 4
+# The epilogues a convolution folds in.
+CONV_EPILOGUES = (RELU, RELU6)
 
 
 def tensor_type(expr):
@@ -112,6 +119,12 @@ def float_value(value):
     return relax.expr.prim_value(float(value))
 
 
+def prim_float(value):
+    """A clip bound's float (an immediate, or a PrimValue of one), or None."""
+    inner = value if isinstance(value, (tvm.tirx.FloatImm, tvm.tirx.IntImm)) else getattr(value, "value", None)
+    return float(inner.value) if isinstance(inner, (tvm.tirx.FloatImm, tvm.tirx.IntImm)) else None
+
+
 def scalar_constant(expr):
     """The value of a float32 constant with one element, or None."""
     if not isinstance(expr, tvm.ir.Constant):
@@ -120,6 +133,43 @@ def scalar_constant(expr):
     if data.size != 1 or str(data.dtype) != "float32":
         return None
     return float(data.reshape(()))
+
+
+def only_store(function):
+    """The one BufferStore of a PrimFunc made of nested blocks and loops, or None."""
+    stmt = function.body
+    while not isinstance(stmt, tvm.tirx.BufferStore):
+        if getattr(stmt, "init", None) is not None or isinstance(stmt, tvm.tirx.SeqStmt):
+            return None
+        if hasattr(stmt, "block"):
+            stmt = stmt.block
+        elif hasattr(stmt, "body"):
+            stmt = stmt.body
+        else:
+            return None
+    return stmt
+
+
+def extremum_with_scalar(function):
+    """"max" or "min" when `function` is `out[i] = max(a[i], b[()])` (or min) of its
+    three parameters (ONNX's importer writes Clip's bounds so), else None."""
+    if not isinstance(function, tvm.tirx.PrimFunc) or len(function.params) != 3:
+        return None
+    store = only_store(function)
+    if store is None:
+        return None
+    a, b, out = function.params
+    kind = {tvm.tirx.Max: "max", tvm.tirx.Min: "min"}.get(type(store.value))
+    if kind is None or not store.buffer.same_as(out):
+        return None
+    left, right = store.value.a, store.value.b
+    loads = isinstance(left, tvm.ir.expr.TensorLoad) and isinstance(right, tvm.ir.expr.TensorLoad)
+    if not loads or not left.source.same_as(a) or not right.source.same_as(b) or len(right.indices) != 0:
+        return None
+    same_indices = len(left.indices) == len(store.indices) and all(
+        x.same_as(y) for x, y in zip(left.indices, store.indices)
+    )
+    return kind if same_indices else None
 
 
 def swaps_last_two(permute, ndim):
@@ -134,8 +184,9 @@ class Block:
     """One dataflow block being rewritten: what each variable is bound to (as rewritten
     so far) and how often each is used in the whole function."""
 
-    def __init__(self, uses):
+    def __init__(self, uses, module):
         self.uses = uses
+        self.module = module
         self.values = {}
 
     def value_of(self, expr):
@@ -167,6 +218,8 @@ class Block:
             return self.reduce_trailing(value, name == "relax.mean")
         if name in ("relax.add", "relax.multiply", "relax.divide") or name in EPILOGUE:
             return self.fold(value, name)
+        if name in ("relax.maximum", "relax.minimum", "relax.clip", "relax.call_tir"):
+            return self.clamp(value, name)
         if isinstance(value, tvm.ir.TupleGetItem):
             return self.batch_norm(value)
         return None
@@ -291,7 +344,7 @@ class Block:
             if base not in DENSE + CONV:
                 return None
             at = epilogue_index(kernel_name)
-            if int(args[at].value) != 0 or (base in CONV and name != "relax.nn.relu"):
+            if int(args[at].value) != 0 or (base in CONV and EPILOGUE[name] not in CONV_EPILOGUES):
                 return None
             args[at] = int_value(EPILOGUE[name])
             return packed(kernel_name, args, call.ty)
@@ -316,6 +369,64 @@ class Block:
             alpha = float(args[3].value) * (scale if name == "relax.multiply" else 1.0 / scale)
             return packed(kernel_name, args[:3] + [float_value(alpha)], call.ty)
         return None
+
+    def clamp(self, call, name):
+        """`max(kernel(...), 0)` folded as a ReLU, then `min(that, 6)` as a ReLU6 (so
+        ONNX's importer writes Clip: a call_tir of a max or min PrimFunc against a 0-d
+        bound), and `clip(kernel(...), 0, 6)` and `max` / `min` ops likewise."""
+        if name == "relax.clip":
+            operand, low, high = call.args[0], prim_float(call.args[1]), prim_float(call.args[2])
+        else:
+            if name == "relax.call_tir":
+                callee = call.args[0]
+                function = self.module[callee] if isinstance(callee, tvm.ir.GlobalVar) else None
+                kind = extremum_with_scalar(function)
+                arguments = list(call.args[1].fields) if isinstance(call.args[1], relax.Tuple) else []
+                if kind is None or len(arguments) != 2:
+                    return None
+            else:
+                kind, arguments = name[len("relax.") : len("relax.") + 3], list(call.args)
+            operand, bound = arguments
+            value = self.scalar(bound)
+            low, high = (value, None) if kind == "max" else (None, value)
+        kernel = self.kernel_of(operand)
+        if kernel is None or not self.is_residual(operand, call):
+            return None
+        kernel_name = packed_name(kernel)
+        base = kernel_name[: -len(RESIDUAL)] if with_residual(kernel_name) else kernel_name
+        if base not in DENSE + CONV:
+            return None
+        args = list(kernel.args[1].fields)
+        at = epilogue_index(kernel_name)
+        current = int(args[at].value)
+        if (low, high) == (0.0, None) and current == 0:
+            code = RELU
+        elif (low, high) == (None, 6.0) and current == RELU:
+            code = RELU6
+        elif (low, high) == (0.0, 6.0) and current == 0:
+            code = RELU6
+        else:
+            return None
+        args[at] = int_value(code)
+        return packed(kernel_name, args, call.ty)
+
+    def scalar(self, expr):
+        """The value of a float32 scalar known when compiling: a constant, or ONNX's
+        importer's `where(isnan(c), ±inf, c)` of a constant `c`; else None."""
+        value = scalar_constant(expr)
+        if value is not None:
+            return value
+        chosen = self.value_of(expr)
+        if op_name(chosen) != "relax.where":
+            return None
+        condition = chosen.args[0]
+        condition = self.value_of(condition) if isinstance(condition, relax.Var) else condition
+        if op_name(condition) != "relax.isnan":
+            return None
+        tested = scalar_constant(condition.args[0])
+        if tested is None:
+            return None
+        return scalar_constant(chosen.args[1] if math.isnan(tested) else chosen.args[2])
 
     def is_residual(self, other, call):
         """Whether `other` is a float32 tensor of exactly `call`'s shape (no broadcast)."""
@@ -402,7 +513,7 @@ def without_unused_bindings(function):
     return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
 
 
-def rewrite_function(function):
+def rewrite_function(function, module):
     # Unused bindings (a batch norm's running statistics) would count as uses.
     function = without_unused_bindings(function)
     uses = count_uses(function)
@@ -412,7 +523,7 @@ def rewrite_function(function):
         if not isinstance(block, relax.DataflowBlock):
             blocks.append(block)
             continue
-        state = Block(uses)
+        state = Block(uses, module)
         bindings = []
         for binding in block.bindings:
             if not isinstance(binding, relax.VarBinding):
@@ -597,7 +708,7 @@ def rewrite(ir_module, target):
     layouts = {}
     for global_var, function in list(ir_module.functions.items()):
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):
-            rewritten = rewrite_function(function)
+            rewritten = rewrite_function(function, ir_module)
             rewritten, packed = panel_weights(rewritten)
             rewritten, winograd = winograd_weights(rewritten)
             chosen = {index: {"layout": layout, "columns": columns} for index, (layout, columns) in packed.items()}

@@ -171,6 +171,25 @@ def load(request):
         ) from error
     weights = None
     if external:
-        ir_module, params = relax.frontend.detach_params(ir_module)
-        weights = [param.numpy() for param in params.get("main", [])]
+        ir_module, weights = scalars_bound(*relax.frontend.detach_params(ir_module))
     return ir_module, weights, warnings
+
+
+def scalars_bound(ir_module, params):
+    """`main` with its one-value weights (a Clip's bounds, an epsilon) bound as constants,
+    and the values of the weights it still takes: a constant folds where a weight
+    cannot (a ReLU6 into a convolution's epilogue), and is no weight to load."""
+    from tvm import relax
+
+    values = params.get("main", [])
+    function = ir_module["main"]
+    weight_vars = list(function.params)[int(function.attrs["num_input"]) :]
+    if len(weight_vars) != len(values):
+        raise DriverError(
+            "onnx_import",
+            f"TVM's ONNX importer returned {len(values)} weights for {len(weight_vars)} weight parameters",
+        )
+    scalars = {var: value for var, value in zip(weight_vars, values) if value.numpy().size == 1}
+    if scalars:
+        ir_module = relax.transform.BindParams("main", scalars)(ir_module)
+    return ir_module, [value.numpy() for var, value in zip(weight_vars, values) if var not in scalars]

@@ -67,3 +67,86 @@ class Winograd(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def onnx_conv_clip(low, high, weights):
+    """Conv (with bias) then Clip(low, high) with 0-d Constant bounds, as ONNX: imported
+    by TVM's importer with its weights as parameters (`weights="external"`) or not."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from relax_driver import onnx_source
+
+    generator = np.random.default_rng(0)
+    initializers = [
+        numpy_helper.from_array(generator.standard_normal((8, 4, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(generator.standard_normal(8).astype(np.float32), "b"),
+    ]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
+    for name, value in (("low", low), ("high", high)):
+        nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, np.float32))))
+    nodes.append(helper.make_node("Clip", ["c", "low", "high"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "conv_clip",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    if weights == "external":
+        # As the ONNX preparation step leaves them: the Constant bounds as initializers.
+        for node in [node for node in model.graph.node if node.op_type == "Constant"]:
+            tensor = numpy_helper.to_array(node.attribute[0].t)
+            model.graph.initializer.append(numpy_helper.from_array(tensor, node.output[0]))
+            model.graph.node.remove(node)
+        module = from_onnx(model, keep_params_in_input=True)
+        module, values = onnx_source.scalars_bound(*relax.frontend.detach_params(module))
+        return module, values
+    return from_onnx(model, keep_params_in_input=False), None
+
+
+def kernel_calls(module):
+    calls = []
+    for block in module["main"].body.blocks:
+        for binding in block.bindings:
+            name = offload.packed_name(binding.value)
+            if name is not None:
+                calls.append((name, int(binding.value.args[1].fields[-1].value)))
+    return calls
+
+
+class Clamps(unittest.TestCase):
+    def test_relu6_folds_into_the_convolution_as_the_importer_writes_clip(self):
+        for weights in ("embedded", "external"):
+            with self.subTest(weights=weights):
+                module, values = onnx_conv_clip(0.0, 6.0, weights)
+                rewritten, _ = offload.rewrite(module, None)
+                self.assertEqual(kernel_calls(rewritten), [("relax_runtime.conv2d_bias", offload.RELU6)])
+                bindings = rewritten["main"].body.blocks[0].bindings
+                self.assertEqual(len(bindings), 2, rewritten["main"])  # the call and the output
+                if values is not None:
+                    # The bounds were bound as constants; the kernel and bias stay weights.
+                    self.assertEqual([value.shape for value in values], [(8, 4, 3, 3), (8,)])
+
+    def test_other_bounds_fold_only_as_far_as_relu(self):
+        module, _ = onnx_conv_clip(0.0, 5.0, "embedded")
+        rewritten, _ = offload.rewrite(module, None)
+        self.assertEqual(kernel_calls(rewritten), [("relax_runtime.conv2d_bias", offload.RELU)])
+        module, _ = onnx_conv_clip(-1.0, 6.0, "embedded")
+        rewritten, _ = offload.rewrite(module, None)
+        self.assertEqual(kernel_calls(rewritten), [("relax_runtime.conv2d_bias", 0)])
+
+    def test_relax_clip_and_relu6_ops_fold(self):
+        x = relax.Var("x", relax.TensorType([1, 4, 8, 8], "float32"))
+        w = relax.Var("w", relax.TensorType([8, 4, 3, 3], "float32"))
+        for activation in (lambda y: relax.op.clip(y, 0.0, 6.0), relax.op.nn.relu6):
+            builder = relax.BlockBuilder()
+            with builder.function("main", [x, w]):
+                with builder.dataflow():
+                    conv = builder.emit(relax.op.nn.conv2d(x, w, padding=1))
+                    output = builder.emit_output(activation(conv))
+                builder.emit_func_output(output)
+            rewritten, _ = offload.rewrite(builder.get(), None)
+            self.assertEqual(kernel_calls(rewritten), [("relax_runtime.conv2d", offload.RELU6)])

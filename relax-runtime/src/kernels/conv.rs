@@ -326,7 +326,7 @@ pub(crate) unsafe fn conv2d_into(
                     .map(|scale| &scale[group * filters..]),
                 shift: per_filter.map(|per_filter| &per_filter.shift[group * filters..]),
                 residual: residual.map(|residual| Shared(residual.at(first_output))),
-                relu: epilogue == Epilogue::Relu,
+                clamp: epilogue.bounds(),
             };
             let activation = |_: usize, _: Range<usize>, values: &mut [f32]| epilogue.apply(values);
             let then: Then<'_> =

@@ -12,6 +12,8 @@ pub(crate) enum Epilogue {
     Gelu,
     /// GELU's tanh approximation.
     GeluTanh,
+    /// `min(max(x, 0), 6)` (MobileNet's ReLU6).
+    Relu6,
 }
 
 impl Epilogue {
@@ -21,8 +23,18 @@ impl Epilogue {
             1 => Epilogue::Relu,
             2 => Epilogue::Gelu,
             3 => Epilogue::GeluTanh,
+            4 => Epilogue::Relu6,
             other => return Err(format!("unknown epilogue code {other}")),
         })
+    }
+
+    /// The bounds the activation clamps to, when it is a clamp (ReLU, ReLU6).
+    pub(crate) fn bounds(self) -> Option<(f32, f32)> {
+        match self {
+            Epilogue::Relu => Some((0.0, f32::INFINITY)),
+            Epilogue::Relu6 => Some((0.0, 6.0)),
+            Epilogue::None | Epilogue::Gelu | Epilogue::GeluTanh => None,
+        }
     }
 
     /// Applies the activation to `values` in place.
@@ -40,6 +52,7 @@ multiversion! {
             Epilogue::Relu => values.iter_mut().for_each(|value| *value = value.max(0.0)),
             Epilogue::Gelu => values.iter_mut().for_each(|value| *value = gelu(*value)),
             Epilogue::GeluTanh => values.iter_mut().for_each(|value| *value = gelu_tanh(*value)),
+            Epilogue::Relu6 => values.iter_mut().for_each(|value| *value = value.clamp(0.0, 6.0)),
         }
     }
 }
@@ -133,6 +146,10 @@ mod tests {
         let mut values = [-1.0f32, 0.0, 2.0];
         Epilogue::Relu.apply(&mut values);
         assert_eq!(values, [0.0, 0.0, 2.0]);
+        let mut values = [-1.0f32, 0.0, 2.0, 6.0, 7.5];
+        Epilogue::Relu6.apply(&mut values);
+        assert_eq!(values, [0.0, 0.0, 2.0, 6.0, 6.0]);
+        assert_eq!(Epilogue::from_code(4), Ok(Epilogue::Relu6));
         let mut values = [1.0f32];
         Epilogue::Gelu.apply(&mut values);
         assert!((values[0] - 0.841_344_7).abs() < 1e-6);

@@ -45,7 +45,7 @@ pub(crate) struct Product {
 }
 
 /// What the tiles do to their sums before storing them, in registers:
-/// `sum * scale[f] + shift[f] + residual`, then ReLU (each part optional).
+/// `sum * scale[f] + shift[f] + residual`, then a clamp (ReLU, ReLU6; each part optional).
 #[derive(Clone, Copy, Default)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct InRegisters<'a> {
@@ -54,7 +54,8 @@ pub(crate) struct InRegisters<'a> {
     pub(crate) shift: Option<&'a [f32]>,
     /// Laid out as `out` (value `(f, c)` at `residual + f * out_stride + c`); read only.
     pub(crate) residual: Option<Shared>,
-    pub(crate) relu: bool,
+    /// `min(max(value, low), high)`.
+    pub(crate) clamp: Option<(f32, f32)>,
 }
 
 /// What a caller applies to each stored tile row: `then(filter, columns, values)`.
@@ -254,8 +255,11 @@ mod avx512 {
                         value =
                             _mm512_add_ps(value, _mm512_maskz_loadu_ps(masks[vector], residual));
                     }
-                    if finish.relu {
-                        value = _mm512_max_ps(value, _mm512_setzero_ps());
+                    if let Some((low, high)) = finish.clamp {
+                        value = _mm512_min_ps(
+                            _mm512_max_ps(value, _mm512_set1_ps(low)),
+                            _mm512_set1_ps(high),
+                        );
                     }
                     _mm512_mask_storeu_ps(
                         product.out.at(offset + vector * 16),
@@ -276,7 +280,7 @@ mod tests {
 
     /// Every tile shape (1-6 filters, 1-64 columns in the last strip), over rows wider
     /// than the block, with weights as OIHW rows and as a `[depth, filters]` transform,
-    /// against a naive product: once with the scale, shift, residual and ReLU in
+    /// against a naive product: once with the scale, shift, residual and ReLU6 in
     /// registers, once with none of them and `then` adding 1 (which sees each stored row
     /// once, with its columns). Nothing outside the block is written.
     #[test]
@@ -312,7 +316,7 @@ mod tests {
                         scale: Some(&scale),
                         shift: Some(&shift),
                         residual: Some(Shared(residual.as_ptr().cast_mut())),
-                        relu: true,
+                        clamp: Some((0.0, 6.0)),
                     }
                 } else {
                     InRegisters::default()
@@ -340,7 +344,8 @@ mod tests {
                         }
                         let sum: f32 = (0..depth).map(|k| weight(f, k) * x[k * x_stride + c]).sum();
                         let want = if in_registers {
-                            (sum * scale[f] + shift[f] + residual[f * out_stride + c]).max(0.0)
+                            (sum * scale[f] + shift[f] + residual[f * out_stride + c])
+                                .clamp(0.0, 6.0)
                         } else {
                             sum + 1.0
                         };

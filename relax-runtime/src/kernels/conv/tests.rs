@@ -123,6 +123,7 @@ fn convolutions_match_naive_loops() {
             (true, true, true, Epilogue::Relu),
             (false, false, true, Epilogue::None),
             (true, true, true, Epilogue::Gelu),
+            (true, false, false, Epilogue::Relu6),
         ] {
             let mut expected = naive(&case, &x, &w, None);
             let pixels = oh * ow;

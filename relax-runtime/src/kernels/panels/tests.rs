@@ -25,6 +25,7 @@ fn packed_dense_layers_match_naive_loops() {
             (true, false, Epilogue::Relu),
             (true, true, Epilogue::Gelu),
             (false, true, Epilogue::None),
+            (true, true, Epilogue::Relu6),
         ] {
             let mut expected: Vec<f32> = (0..m * n)
                 .map(|index| {
