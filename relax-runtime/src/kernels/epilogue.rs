@@ -52,7 +52,8 @@ multiversion! {
             Epilogue::Relu => values.iter_mut().for_each(|value| *value = value.max(0.0)),
             Epilogue::Gelu => values.iter_mut().for_each(|value| *value = gelu(*value)),
             Epilogue::GeluTanh => values.iter_mut().for_each(|value| *value = gelu_tanh(*value)),
-            Epilogue::Relu6 => values.iter_mut().for_each(|value| *value = value.clamp(0.0, 6.0)),
+            // As `strips` clamps in registers: a NaN becomes 0 (`f32::max`), as with ReLU.
+            Epilogue::Relu6 => values.iter_mut().for_each(|value| *value = value.max(0.0).min(6.0)),
         }
     }
 }
@@ -146,9 +147,9 @@ mod tests {
         let mut values = [-1.0f32, 0.0, 2.0];
         Epilogue::Relu.apply(&mut values);
         assert_eq!(values, [0.0, 0.0, 2.0]);
-        let mut values = [-1.0f32, 0.0, 2.0, 6.0, 7.5];
+        let mut values = [-1.0f32, 0.0, 2.0, 6.0, 7.5, f32::NAN];
         Epilogue::Relu6.apply(&mut values);
-        assert_eq!(values, [0.0, 0.0, 2.0, 6.0, 6.0]);
+        assert_eq!(values, [0.0, 0.0, 2.0, 6.0, 6.0, 0.0]);
         assert_eq!(Epilogue::from_code(4), Ok(Epilogue::Relu6));
         let mut values = [1.0f32];
         Epilogue::Gelu.apply(&mut values);
