@@ -105,6 +105,16 @@ fn convolutions_match_naive_loops() {
         shape(40, 40, 40, 3, 1, 1, 1, 40), // depthwise, enough work for three tasks
         shape(8, 11, 8, 3, 2, 2, 2, 8),    // depthwise, stride 2, dilated, padding 2
         shape(6, 23, 12, 3, 3, 1, 1, 6),   // depthwise, stride 3, multiplier 2, rows over 16
+        // Depthwise with stride 2 and TensorFlow's "SAME" padding (bottom and right only),
+        // 5x5 (EfficientNet's), on rows of 2 runs and a partial one.
+        Conv2d {
+            padding: (0, 0, 1, 1),
+            ..shape(4, 18, 4, 3, 2, 0, 1, 4)
+        },
+        Conv2d {
+            padding: (1, 2, 2, 1),
+            ..shape(4, 70, 4, 5, 2, 0, 1, 4)
+        },
     ];
     for case in cases {
         let (oh, ow) = case.output().unwrap();
