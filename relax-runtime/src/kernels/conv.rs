@@ -26,6 +26,12 @@ const MIN_TASK_PIXELS: usize = 4 * PIXEL_TILE;
 /// efficient one.
 const PIXEL_TILE: usize = 64;
 
+/// With strips, a convolution that unfolds its patches splits the pixels whenever each
+/// task gets at least one vector of them (split at multiples of it): splitting the
+/// filters instead, every task would unfold the whole input (DenseNet's 3x3 layers of
+/// 32 filters on 14x14 and 7x7 did, at 42-53 GFLOP/s).
+const VECTOR_PIXELS: usize = 16;
+
 /// The bytes of unfolded patches one task multiplies at a time: blocks small enough to
 /// stay in L2 between im2col and the multiplication.
 const UNFOLDED_BLOCK_BYTES: usize = 256 * 1024;
@@ -292,8 +298,14 @@ pub(crate) unsafe fn conv2d_into(
             let weights = Shared(w.at(group * filters * depth));
             let first_output = (image * shape.filters + group * filters) * pixels;
             let output = Shared(out.at(first_output));
-            let by_pixels = pixels >= 2 * MIN_TASK_PIXELS;
             let strips = avx512_available();
+            let (by_pixels, pixel_align) = if pixels >= 2 * MIN_TASK_PIXELS {
+                (true, PIXEL_TILE)
+            } else if strips && !shape.pointwise() && pixels >= 2 * VECTOR_PIXELS {
+                (true, VECTOR_PIXELS)
+            } else {
+                (false, PIXEL_TILE)
+            };
             // The per-filter step and epilogue of one output block, while it is in cache.
             let finish = |rows: Range<usize>, columns: Range<usize>| {
                 for filter in rows {
@@ -333,7 +345,7 @@ pub(crate) unsafe fn conv2d_into(
                 matches!(epilogue, Epilogue::Gelu | Epilogue::GeluTanh).then_some(&activation);
             executor(filters * pixels * depth < INLINE_WORK, &|task, tasks| {
                 let (rows, columns) = if by_pixels {
-                    (0..filters, chunk(pixels, tasks, task, PIXEL_TILE))
+                    (0..filters, chunk(pixels, tasks, task, pixel_align))
                 } else {
                     (chunk(filters, tasks, task, 8), 0..pixels)
                 };
