@@ -52,10 +52,17 @@ multiversion! {
             Epilogue::Relu => values.iter_mut().for_each(|value| *value = value.max(0.0)),
             Epilogue::Gelu => values.iter_mut().for_each(|value| *value = gelu(*value)),
             Epilogue::GeluTanh => values.iter_mut().for_each(|value| *value = gelu_tanh(*value)),
-            // As `strips` clamps in registers: a NaN becomes 0 (`f32::max`), as with ReLU.
-            Epilogue::Relu6 => values.iter_mut().for_each(|value| *value = value.max(0.0).min(6.0)),
+            Epilogue::Relu6 => values.iter_mut().for_each(|value| *value = relu6(*value)),
         }
     }
+}
+
+/// `min(max(x, 0), 6)` by `f32::max`'s rule, as `strips` clamps in registers and as ReLU
+/// does: a NaN becomes 0 (`f32::clamp` would keep it).
+#[inline(always)]
+#[allow(clippy::manual_clamp)]
+fn relu6(value: f32) -> f32 {
+    value.max(0.0).min(6.0)
 }
 
 multiversion! {
