@@ -55,7 +55,7 @@ fn a_damaged_executable_is_refused_before_its_model_loads() {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
-    let output = std::process::Command::new(&damaged).output().unwrap();
+    let output = run_fresh_executable(&damaged);
     assert!(!output.status.success(), "a damaged model must not run");
     let message = stderr(&output);
     assert!(
@@ -64,6 +64,25 @@ fn a_damaged_executable_is_refused_before_its_model_loads() {
             && message.contains("the executable is damaged; build it again"),
         "{message}"
     );
+}
+
+/// Runs an executable this test process just wrote. Another test's child process, forked
+/// while the file was open for writing, holds that descriptor until it execs, and exec
+/// meanwhile fails with "Text file busy" (ETXTBSY): retried for up to 5 s.
+fn run_fresh_executable(path: &Path) -> std::process::Output {
+    let mut waited = std::time::Duration::ZERO;
+    loop {
+        match std::process::Command::new(path).output() {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::ExecutableFileBusy
+                    && waited < std::time::Duration::from_secs(5) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                waited += std::time::Duration::from_millis(20);
+            }
+            result => return result.unwrap(),
+        }
+    }
 }
 
 /// The nn-mlp fixture's executable, built.
