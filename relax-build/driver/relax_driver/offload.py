@@ -340,14 +340,7 @@ class Block:
         args = list(kernel.args[1].fields)
         plain = kernel_name in DENSE + CONV
         if name in EPILOGUE:
-            base = kernel_name[: -len(RESIDUAL)] if with_residual(kernel_name) else kernel_name
-            if base not in DENSE + CONV:
-                return None
-            at = epilogue_index(kernel_name)
-            if int(args[at].value) != 0 or (base in CONV and EPILOGUE[name] not in CONV_EPILOGUES):
-                return None
-            args[at] = int_value(EPILOGUE[name])
-            return packed(kernel_name, args, call.ty)
+            return self.activated(kernel, EPILOGUE[name], call.ty)
         if name == "relax.add" and plain and int(args[-1].value) == 0 and self.is_residual(other, call):
             # `kernel(...) + residual`: added before any activation that follows.
             return packed(kernel_name + RESIDUAL, args + [other], call.ty)
@@ -392,23 +385,27 @@ class Block:
         kernel = self.kernel_of(operand)
         if kernel is None or not self.is_residual(operand, call):
             return None
+        # (code, the epilogue the kernel must have now): a ReLU6 may refine a ReLU.
+        folds = {(0.0, None): (RELU, 0), (None, 6.0): (RELU6, RELU), (0.0, 6.0): (RELU6, 0)}
+        if (low, high) not in folds:
+            return None
+        code, before = folds[(low, high)]
+        return self.activated(kernel, code, call.ty, before)
+
+    def activated(self, kernel, code, out_ty, before=0):
+        """The dense or convolution `kernel` call (with or without a residual) with the
+        epilogue `code`, when its epilogue is `before` and, for a convolution, `code` is
+        one it folds; else None."""
         kernel_name = packed_name(kernel)
         base = kernel_name[: -len(RESIDUAL)] if with_residual(kernel_name) else kernel_name
         if base not in DENSE + CONV:
             return None
         args = list(kernel.args[1].fields)
         at = epilogue_index(kernel_name)
-        current = int(args[at].value)
-        if (low, high) == (0.0, None) and current == 0:
-            code = RELU
-        elif (low, high) == (None, 6.0) and current == RELU:
-            code = RELU6
-        elif (low, high) == (0.0, 6.0) and current == 0:
-            code = RELU6
-        else:
+        if int(args[at].value) != before or (base in CONV and code not in CONV_EPILOGUES):
             return None
         args[at] = int_value(code)
-        return packed(kernel_name, args, call.ty)
+        return packed(kernel_name, args, out_ty)
 
     def scalar(self, expr):
         """The value of a float32 scalar known when compiling: a constant, or ONNX's
