@@ -10,9 +10,9 @@ use super::depthwise::{depthwise_plane, Plane};
 use super::edges::inside_columns;
 use super::epilogue::{add, scale_shift, Epilogue};
 use super::gemm::{gemm_block, Rhs};
-use super::panels::avx512_available;
 use super::parallel::{chunk, parallel_for, Executor, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
+use super::simd::avx512_available;
 use super::strips::{multiply_strips, InRegisters, Product, Then};
 use super::tensor::Arguments;
 use super::winograd::{winograd_into, Plan, Tile};
@@ -292,20 +292,20 @@ pub(crate) unsafe fn conv2d_into(
     let depth = channels * shape.kernel.0 * shape.kernel.1;
     let plane = shape.height * shape.width;
     let (x, w) = (Shared(x.cast_mut()), Shared(w.cast_mut()));
+    let strips = avx512_available();
+    let (by_pixels, pixel_align) = if pixels >= 2 * MIN_TASK_PIXELS {
+        (true, PIXEL_TILE)
+    } else if strips && !shape.pointwise() && pixels >= 2 * VECTOR_PIXELS {
+        (true, VECTOR_PIXELS)
+    } else {
+        (false, PIXEL_TILE)
+    };
     for image in 0..shape.batch {
         for group in 0..groups {
             let input = Shared(x.at((image * shape.channels + group * channels) * plane));
             let weights = Shared(w.at(group * filters * depth));
             let first_output = (image * shape.filters + group * filters) * pixels;
             let output = Shared(out.at(first_output));
-            let strips = avx512_available();
-            let (by_pixels, pixel_align) = if pixels >= 2 * MIN_TASK_PIXELS {
-                (true, PIXEL_TILE)
-            } else if strips && !shape.pointwise() && pixels >= 2 * VECTOR_PIXELS {
-                (true, VECTOR_PIXELS)
-            } else {
-                (false, PIXEL_TILE)
-            };
             // The per-filter step and epilogue of one output block, while it is in cache.
             let finish = |rows: Range<usize>, columns: Range<usize>| {
                 for filter in rows {
@@ -343,6 +343,17 @@ pub(crate) unsafe fn conv2d_into(
             let activation = |_: usize, _: Range<usize>, values: &mut [f32]| epilogue.apply(values);
             let then: Then<'_> =
                 matches!(epilogue, Epilogue::Gelu | Epilogue::GeluTanh).then_some(&activation);
+            // The group's product with `x` (`depth` rows, `x_stride` apart) into `out`.
+            let strip_product = |x: *const f32, x_stride: usize, out: Shared| Product {
+                depth,
+                w: weights.get(),
+                w_filter_stride: depth,
+                w_depth_stride: 1,
+                x,
+                x_stride,
+                out,
+                out_stride: pixels,
+            };
             executor(filters * pixels * depth < INLINE_WORK, &|task, tasks| {
                 let (rows, columns) = if by_pixels {
                     (0..filters, chunk(pixels, tasks, task, pixel_align))
@@ -353,16 +364,7 @@ pub(crate) unsafe fn conv2d_into(
                     return;
                 }
                 if shape.pointwise() && strips {
-                    let product = Product {
-                        depth,
-                        w: weights.get(),
-                        w_filter_stride: depth,
-                        w_depth_stride: 1,
-                        x: input.get(),
-                        x_stride: plane,
-                        out: output,
-                        out_stride: pixels,
-                    };
+                    let product = strip_product(input.get(), plane, output);
                     // SAFETY: AVX-512F is there (`strips`); the group's weights and input
                     // planes, read only; the block (rows, columns) is this task's alone.
                     unsafe { multiply_strips(&product, rows, columns, &in_registers, then) };
@@ -403,16 +405,11 @@ pub(crate) unsafe fn conv2d_into(
                         let unfolded = prefix(unfolded, depth * block_columns.len());
                         im2col(shape, source, output_width, block_columns.clone(), unfolded);
                         if strips {
-                            let product = Product {
-                                depth,
-                                w: weights.get(),
-                                w_filter_stride: depth,
-                                w_depth_stride: 1,
-                                x: unfolded.as_ptr(),
-                                x_stride: block_columns.len(),
-                                out: Shared(output.at(block_columns.start)),
-                                out_stride: pixels,
-                            };
+                            let product = strip_product(
+                                unfolded.as_ptr(),
+                                block_columns.len(),
+                                Shared(output.at(block_columns.start)),
+                            );
                             let in_registers = InRegisters {
                                 residual: in_registers
                                     .residual

@@ -15,9 +15,8 @@
 use std::cell::RefCell;
 
 use super::edges::inside_columns;
-use super::panels::avx512_available;
 use super::scratch::{prefix, reuse};
-use super::simd::multiversion;
+use super::simd::{avx512_available, multiversion};
 
 /// Outputs accumulated together in registers (one AVX-512 vector).
 const LANES: usize = 16;
@@ -176,6 +175,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{zero_padded, Plane, LANES};
+    use crate::kernels::simd::first_lanes;
 
     /// [`depthwise_plane`](super::depthwise_plane) with stride 2 (MobileNet's downsampling
     /// layers), through a zero-padded copy of the plane: each run of 16 outputs of a row
@@ -237,13 +237,10 @@ mod avx512 {
                         sum = _mm512_fmadd_ps(weight, taps, sum);
                     }
                 }
-                let mask = if count == LANES {
-                    0xFFFF
-                } else {
-                    ((1u32 << count) - 1) as u16
-                };
                 // SAFETY: `count` values of `row` from `first`.
-                unsafe { _mm512_mask_storeu_ps(row.as_mut_ptr().add(first), mask, sum) };
+                unsafe {
+                    _mm512_mask_storeu_ps(row.as_mut_ptr().add(first), first_lanes(count), sum)
+                };
             }
         }
     }

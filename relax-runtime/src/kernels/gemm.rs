@@ -1,8 +1,9 @@
 //! Dense layers and batched matrix multiplications, on the `gemm` crate.
 
 use super::epilogue::{add, add_bias_to_rows, Epilogue};
-use super::panels::{avx512_available, dense_panels_into, After, PANEL};
+use super::panels::{dense_panels_into, After, PANEL};
 use super::parallel::{chunk, parallel_for, Executor, Shared, INLINE_WORK};
+use super::simd::avx512_available;
 use super::tensor::Arguments;
 
 /// `B` of `x · B` as strides over a weight tensor.

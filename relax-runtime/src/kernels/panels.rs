@@ -41,7 +41,7 @@ pub(crate) struct After<'a> {
 
 /// `out[m, n] = epilogue(x[m, k] · W + bias + residual)` with `W` packed by [`pack`],
 /// split over the pool by panels, with AVX-512 tiles when `avx512` (pass
-/// [`avx512_available`]) or portable ones.
+/// [`avx512_available`](super::simd::avx512_available)) or portable ones.
 ///
 /// # Safety
 /// `x` holds `m x k`, `panels` the packed `k x n` weights, `after.bias` `n` values,
@@ -105,18 +105,6 @@ struct Block<'a> {
     bias: Option<&'a [f32]>,
     residual: Option<*mut f32>,
     out: Shared,
-}
-
-/// Whether this CPU has AVX-512F (the fast tiles).
-pub(crate) fn avx512_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 /// The activation over the block's rows (the sums, bias and residual are in already).
@@ -227,6 +215,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{Block, PANEL};
+    use crate::kernels::simd::first_lanes;
 
     /// Rows per tile: 6 x 4 vector accumulators, plus the panel's 4 vectors and a
     /// broadcast, fit AVX-512's 32 registers.
@@ -285,11 +274,7 @@ mod avx512 {
                     if first >= block.columns {
                         break;
                     }
-                    let mask: __mmask16 = if block.columns - first >= 16 {
-                        0xFFFF
-                    } else {
-                        ((1u32 << (block.columns - first)) - 1) as u16
-                    };
+                    let mask = first_lanes(block.columns - first);
                     let mut value = sum;
                     if let Some(bias) = block.bias {
                         let bias = bias.as_ptr().add(block.first_column + first);

@@ -41,6 +41,29 @@ macro_rules! multiversion {
 }
 pub(crate) use multiversion;
 
+/// Whether this CPU has AVX-512F: the kernels' hand-written AVX-512 tiles run only then.
+pub(crate) fn avx512_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The AVX-512 mask of a vector's first `count` lanes (all 16 from 16 up): the masked
+/// loads and stores of a run's last, partial vector.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn first_lanes(count: usize) -> u16 {
+    if count >= 16 {
+        0xFFFF
+    } else {
+        ((1u32 << count) - 1) as u16
+    }
+}
+
 /// Lanes of the accumulators in reductions: enough for AVX-512, split evenly by narrower
 /// vectors.
 pub(crate) const LANES: usize = 16;

@@ -123,6 +123,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{InRegisters, Product};
+    use crate::kernels::simd::first_lanes;
 
     /// `rows` (1 to 6) filters from `filter` by `width` (1 to 64) columns from `column`.
     pub(super) struct Tile {
@@ -160,16 +161,6 @@ mod avx512 {
         }
     }
 
-    /// The lanes of vector `vector` of a `width`-column run that are inside it.
-    fn mask(vector: usize, width: usize) -> __mmask16 {
-        let left = width - vector * 16;
-        if left >= 16 {
-            0xFFFF
-        } else {
-            ((1u32 << left) - 1) as u16
-        }
-    }
-
     /// `R` filters x `V` vectors of pixels (the last one masked to the tile's width).
     #[target_feature(enable = "avx512f")]
     unsafe fn sums<const R: usize, const V: usize>(
@@ -177,7 +168,8 @@ mod avx512 {
         tile: &Tile,
         finish: &InRegisters<'_>,
     ) {
-        let masks: [__mmask16; V] = std::array::from_fn(|vector| mask(vector, tile.width));
+        let masks: [__mmask16; V] =
+            std::array::from_fn(|vector| first_lanes(tile.width - vector * 16));
         // SAFETY: the caller's contract.
         unsafe {
             let sums = accumulate::<R, V>(product, tile, &masks);
@@ -275,8 +267,8 @@ mod avx512 {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
-    use crate::kernels::panels::avx512_available;
     use crate::kernels::parallel::test_values;
+    use crate::kernels::simd::avx512_available;
 
     /// Every tile shape (1-6 filters, 1-64 columns in the last strip), over rows wider
     /// than the block, with weights as OIHW rows and as a `[depth, filters]` transform,

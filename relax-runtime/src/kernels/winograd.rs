@@ -19,9 +19,9 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::gemm::multiply;
-use super::panels::avx512_available;
 use super::parallel::{chunk, Executor, Shared};
 use super::scratch::{prefix, reuse};
+use super::simd::avx512_available;
 use super::strips::{multiply_strips, InRegisters, Product};
 
 /// A Winograd variant: the side of its output tiles.

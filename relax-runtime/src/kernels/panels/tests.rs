@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::kernels::parallel::{test_values, three_threads};
+use crate::kernels::simd::avx512_available;
 
 #[test]
 fn packed_dense_layers_match_naive_loops() {
