@@ -173,7 +173,7 @@ MOBILE_MODELS = {"mobilenet_v2": 22, "efficientnet_b0": 7}
 
 class Builder:
     """An ONNX graph on one 1x3x224x224 input, built op by op, with seeded weights:
-    He-scaled convolutions (each filter scaled by [0.5, 1), as a folded batch norm would)
+    He-scaled convolutions (each filter scaled by [0.8, 1.2), as a folded batch norm would)
     and biases in [-0.1, 0.1)."""
 
     def __init__(self, seed):
