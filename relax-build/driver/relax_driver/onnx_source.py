@@ -189,7 +189,8 @@ def scalars_bound(ir_module, params):
             "onnx_import",
             f"TVM's ONNX importer returned {len(values)} weights for {len(weight_vars)} weight parameters",
         )
-    scalars = {var: value for var, value in zip(weight_vars, values) if value.numpy().size == 1}
+    arrays = [value.numpy() for value in values]
+    scalars = {var: array for var, array in zip(weight_vars, arrays) if array.size == 1}
     if scalars:
         ir_module = relax.transform.BindParams("main", scalars)(ir_module)
-    return ir_module, [value.numpy() for var, value in zip(weight_vars, values) if var not in scalars]
+    return ir_module, [array for var, array in zip(weight_vars, arrays) if var not in scalars]

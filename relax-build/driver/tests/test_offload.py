@@ -130,6 +130,21 @@ class Clamps(unittest.TestCase):
                     # The bounds were bound as constants; the kernel and bias stay weights.
                     self.assertEqual([value.shape for value in values], [(8, 4, 3, 3), (8,)])
 
+    def test_weights_that_do_not_match_the_parameters_are_an_import_error(self):
+        from relax_driver import onnx_source
+        from relax_driver.errors import DriverError
+
+        x = relax.Var("x", relax.TensorType([2], "float32"))
+        w = relax.Var("w", relax.TensorType([2], "float32"))
+        builder = relax.BlockBuilder()
+        with builder.function("main", [x, w], attrs={"num_input": 1}):
+            with builder.dataflow():
+                output = builder.emit_output(relax.op.add(x, w))
+            builder.emit_func_output(output)
+        with self.assertRaises(DriverError) as raised:
+            onnx_source.scalars_bound(builder.get(), {"main": []})
+        self.assertIn("TVM's ONNX importer returned 0 weights for 1 weight parameters", str(raised.exception))
+
     def test_other_bounds_fold_only_as_far_as_relu(self):
         module, _ = onnx_conv_clip(0.0, 5.0, "embedded")
         rewritten, _ = offload.rewrite(module, None)
