@@ -21,6 +21,9 @@ if ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/
 fi
 rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
 
+# Debug builds keep line tables only: full debug info was half of the ~13 GB that a run
+# writes (the workspace's and the fixture apps' target folders), and a full disk fails it.
+export CARGO_PROFILE_DEV_DEBUG=line-tables-only
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 # docs.rs builds the libraries with DOCS_RS=1 on a machine without Python or TVM.

@@ -337,9 +337,10 @@ fn info(manifest_dir: &Path, target: &str) -> Result<ExitCode, String> {
         }
     }
     println!(
-        "cache: {} ({})",
+        "cache: {} ({}; trimmed to {}, see RELAX_CACHE_SIZE)",
         cache.root().display(),
-        human_size(cache.size())
+        human_size(cache.size()),
+        human_size(cache.size_limit())
     );
     println!(
         "package: {} (target {target})",

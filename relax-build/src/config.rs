@@ -137,13 +137,11 @@ impl Config {
     /// The cache these settings use.
     pub(crate) fn cache(&self) -> Result<Cache> {
         let cargo = self.cargo();
-        Ok(Cache::new(
-            match &self.cache_dir {
-                Some(dir) => dir.clone(),
-                None => Cache::default_root(cargo)?,
-            },
-            cargo,
-        ))
+        let root = match &self.cache_dir {
+            Some(dir) => dir.clone(),
+            None => Cache::default_root(cargo)?,
+        };
+        Ok(Cache::new(root, cargo).with_size_limit(Cache::size_limit_from_env(cargo)?))
     }
 
     /// The prepared folder of the package in `manifest_dir`.

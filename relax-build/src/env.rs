@@ -18,6 +18,7 @@ pub const TOOLCHAIN_DIR: &str = "RELAX_TOOLCHAIN_DIR";
 pub const BOOTSTRAP_PYTHON: &str = "RELAX_BOOTSTRAP_PYTHON";
 pub const ALLOW_TVM_VERSION: &str = "RELAX_ALLOW_TVM_VERSION";
 pub const CACHE_DIR: &str = "RELAX_CACHE_DIR";
+pub const CACHE_SIZE: &str = "RELAX_CACHE_SIZE";
 pub const OFFLINE: &str = "RELAX_OFFLINE";
 pub const CARGO_NET_OFFLINE: &str = "CARGO_NET_OFFLINE";
 pub const XDG_CACHE_HOME: &str = "XDG_CACHE_HOME";

@@ -35,7 +35,7 @@ use crate::tensor_spec::SpecDim;
 use crate::versions::TVM_VERSION;
 
 /// The labeled inputs of a model's key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct KeyInputs {
     parts: BTreeMap<String, String>,
