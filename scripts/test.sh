@@ -39,5 +39,12 @@ cargo test -p relax-runtime --features half,ndarray
 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
   cargo test -p relax-runtime --lib --target aarch64-unknown-linux-gnu
 # The crates package and would publish (dependencies by version, the driver and docs included).
-cargo publish --dry-run --allow-dirty -p relax-runtime-macros -p relax-runtime -p relax-build -p cargo-relax
+# Cargo verifies each crate against the others' packaged copies, extracted under
+# registry/src/-<hash>/ per checkout folder and built as registry crates. It neither
+# extracts nor rebuilds a name and version it has seen, so copies from an earlier run
+# would stand in for today's: both go first, and the check builds in its own folder.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/{relax-build,relax-runtime,relax-runtime-macros,cargo-relax}-[0-9]* target/publish-check
+CARGO_TARGET_DIR=target/publish-check \
+  cargo publish --dry-run --allow-dirty -p relax-runtime-macros -p relax-runtime -p relax-build -p cargo-relax
+rm -rf target/publish-check
 
