@@ -180,10 +180,31 @@ fn copy_row(
     let inside = &mut run[low - first..high - first];
     if stride == 1 {
         copy_short(inside, &source[start..start + inside.len()]);
+    } else if stride == 2 {
+        copy_every_other(inside, &source[start..]);
     } else {
         for (slot, x) in inside.iter_mut().zip((start..).step_by(stride)) {
             *slot = source[x];
         }
+    }
+}
+
+/// `destination[i] = source[2 * i]`: the runs of [`im2col`] at stride 2. Whole chunks
+/// of 8 values from 16 are fixed-size, which LLVM turns into two vector loads and a
+/// shuffle (a scalar loop took 5% of ResNet-50, whose stem and downsampling layers
+/// have stride 2).
+fn copy_every_other(destination: &mut [f32], source: &[f32]) {
+    let chunks = (destination.len() / 8).min(source.len() / 16);
+    for (to, from) in destination[..chunks * 8]
+        .chunks_exact_mut(8)
+        .zip(source.chunks_exact(16))
+    {
+        let from: &[f32; 16] = from.try_into().expect("chunks of 16");
+        let to: &mut [f32; 8] = to.try_into().expect("chunks of 8");
+        *to = std::array::from_fn(|i| from[2 * i]);
+    }
+    for (index, slot) in destination.iter_mut().enumerate().skip(chunks * 8) {
+        *slot = source[2 * index];
     }
 }
 

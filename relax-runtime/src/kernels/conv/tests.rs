@@ -200,25 +200,36 @@ fn convolutions_match_naive_loops() {
 
 #[test]
 fn copied_rows_match_a_per_pixel_copy() {
-    let source: Vec<f32> = (1..=7).map(|value| value as f32).collect();
+    // Rows of 7 (runs shorter than a chunk) and of 40 (runs of up to 19: chunks of 8,
+    // then what is left, also where the row ends before a whole chunk of 16 at stride 2).
+    for width in [7, 40] {
+        copied_rows_match_per_pixel_copies_of_width(width);
+    }
+}
+
+fn copied_rows_match_per_pixel_copies_of_width(width: usize) {
+    let source: Vec<f32> = (1..=width).map(|value| value as f32).collect();
     for x0 in -9..10isize {
         for stride in 1..4 {
             for first in 0..4 {
-                for length in 0..6 {
+                for length in 0..20 {
                     let mut run = vec![f32::NAN; length];
-                    let inside = inside_columns(x0, stride, 7, first + length);
+                    let inside = inside_columns(x0, stride, width, first + length);
                     copy_row(&source, x0, stride, inside, first, &mut run);
                     let expected: Vec<f32> = (first..first + length)
                         .map(|ox| {
                             let x = x0 + (ox * stride) as isize;
-                            if (0..7).contains(&x) {
+                            if (0..width as isize).contains(&x) {
                                 source[x as usize]
                             } else {
                                 0.0
                             }
                         })
                         .collect();
-                    assert_eq!(run, expected, "x0 {x0} stride {stride} first {first}");
+                    assert_eq!(
+                        run, expected,
+                        "width {width} x0 {x0} stride {stride} first {first}"
+                    );
                 }
             }
         }
