@@ -7,8 +7,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::depthwise::{depthwise_plane, Plane};
-use super::edges::inside_columns;
-use super::epilogue::{add, scale_shift, Epilogue};
+use super::edges::{copy_short, fill_zero, inside_columns};
+use super::epilogue::{Epilogue, Finish};
 use super::gemm::{gemm_block, Rhs};
 use super::parallel::{chunk, parallel_for, Executor, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
@@ -208,32 +208,6 @@ fn copy_every_other(destination: &mut [f32], source: &[f32]) {
     }
 }
 
-/// `destination.copy_from_slice(source)` for the short runs of [`im2col`], where a call to
-/// `memmove` costs more than the copy: whole chunks of 8 are fixed-size copies (moves).
-fn copy_short(destination: &mut [f32], source: &[f32]) {
-    let mut chunks = destination.chunks_exact_mut(8);
-    let mut sources = source.chunks_exact(8);
-    for (to, from) in (&mut chunks).zip(&mut sources) {
-        let from: &[f32; 8] = from.try_into().expect("chunks of 8");
-        let to: &mut [f32; 8] = to.try_into().expect("chunks of 8");
-        *to = *from;
-    }
-    for (to, from) in chunks.into_remainder().iter_mut().zip(sources.remainder()) {
-        *to = *from;
-    }
-}
-
-/// `run.fill(0.0)`, without a call to `memset` for the few values at a padded edge.
-fn fill_zero(run: &mut [f32]) {
-    if run.len() > 64 {
-        run.fill(0.0);
-    } else {
-        for value in run {
-            *value = 0.0;
-        }
-    }
-}
-
 /// What follows the convolution per filter: `value * scale + shift` (a bias is a shift
 /// alone; a batch norm both).
 #[derive(Debug, Clone, Copy)]
@@ -343,13 +317,8 @@ pub(crate) unsafe fn conv2d_into(
                     let residual = residual.map(|residual| unsafe {
                         std::slice::from_raw_parts(residual.at(offset), columns.len())
                     });
-                    finish_run(
-                        per_filter,
-                        group * filters + filter,
-                        residual,
-                        epilogue,
-                        values,
-                    );
+                    finish_of(per_filter, group * filters + filter, residual, epilogue)
+                        .apply(values);
                 }
             };
             // The same for strips: all in registers, but a GELU.
@@ -544,8 +513,8 @@ pub(crate) unsafe fn depthwise_conv(
                         }),
                     )
                 };
-                depthwise_plane(&plane, input, weights, values);
-                finish_run(per_filter, filter, residual, epilogue, values);
+                let finish = finish_of(per_filter, filter, residual, epilogue);
+                depthwise_plane(&plane, input, weights, &finish, values);
             }
         },
     )
@@ -593,30 +562,28 @@ pub(crate) unsafe fn winograd_conv(
         let residual = residual.map(|residual| unsafe {
             std::slice::from_raw_parts(residual.at(offset), values.len())
         });
-        finish_run(per_filter, filter, residual, epilogue, values);
+        finish_of(per_filter, filter, residual, epilogue).apply(values);
     };
     // SAFETY: the caller's contract.
     unsafe { winograd_into(&plan, x, u, out, &finish, executor) }
 }
 
-/// The per-filter step, the residual and the activation on one run of filter `filter`'s
-/// output, in place.
-fn finish_run(
+/// The per-filter step, the residual (`residual`: the run's) and the activation of one
+/// run of filter `filter`'s output.
+fn finish_of<'a>(
     per_filter: Option<PerFilter<'_>>,
     filter: usize,
-    residual: Option<&[f32]>,
+    residual: Option<&'a [f32]>,
     epilogue: Epilogue,
-    values: &mut [f32],
-) {
-    if let Some(per_filter) = per_filter {
-        let shift = per_filter.shift[filter];
-        let scale = per_filter.scale.map_or(1.0, |scale| scale[filter]);
-        scale_shift(values, scale, shift);
+) -> Finish<'a> {
+    Finish {
+        scale: per_filter
+            .and_then(|per_filter| per_filter.scale)
+            .map_or(1.0, |scale| scale[filter]),
+        shift: per_filter.map_or(0.0, |per_filter| per_filter.shift[filter]),
+        residual,
+        epilogue,
     }
-    if let Some(residual) = residual {
-        add(values, residual);
-    }
-    epilogue.apply(values);
 }
 
 /// What follows the convolution in a kernel's arguments.

@@ -6,17 +6,23 @@
 //! first; then every output value is a weighted sum of the padded plane at fixed offsets
 //! (one per kernel tap), so runs of 16 outputs are accumulated in registers over all
 //! taps and stored once. Output positions are numbered along the padded rows, so a run
-//! may cross a row end (the values past each row's end are computed and dropped). With
-//! stride 2 on AVX-512 CPUs, likewise through a zero-padded plane, output row by output
-//! row: a tap's 16 inputs (every other value) are picked out of two vector loads by one
-//! permutation. With another stride, each output row is accumulated from strided runs of
-//! the input rows.
+//! may cross a row end (the values past each row's end are computed and dropped): a 7x7
+//! plane fills its vectors, not 7 lanes of 16 per row. With stride 2 on AVX-512 CPUs,
+//! likewise through a zero-padded plane, output row by output row: a tap's 16 inputs
+//! (every other value) are picked out of two vector loads by one permutation. With
+//! another stride, each output row is accumulated from strided runs of the input rows.
+//!
+//! On AVX-512 CPUs (strides 1 and 2) the per-filter scale and shift, the residual and a
+//! clamp are applied in registers as each run of outputs is stored in the output plane.
 
 use std::cell::RefCell;
 
-use super::edges::inside_columns;
+use super::edges::{copy_short, inside_columns};
+use super::epilogue::Finish;
 use super::scratch::{prefix, reuse};
-use super::simd::{avx512_available, multiversion};
+#[cfg(target_arch = "x86_64")]
+use super::simd::avx512_available;
+use super::simd::multiversion;
 
 /// Outputs accumulated together in registers (one AVX-512 vector).
 const LANES: usize = 16;
@@ -57,23 +63,40 @@ impl Plane {
     }
 }
 
-/// `out[oy][ox] = sum over (ky, kx) of weights[ky][kx] * input[y][x]`, with
+/// `out[oy][ox] = finish(sum over (ky, kx) of weights[ky][kx] * input[y][x])`, with
 /// `y = oy * stride + ky * dilation - top` (likewise x), 0 where that is padding.
-/// `input` is one `height x width` plane, `out` one output plane.
-pub(crate) fn depthwise_plane(plane: &Plane, input: &[f32], weights: &[f32], out: &mut [f32]) {
+/// `input` is one `height x width` plane, `out` one output plane, `finish` its filter's.
+///
+/// On AVX-512 CPUs, strides 1 and 2 apply `finish` in registers as each run of outputs is
+/// stored (but a GELU, applied to the plane after); other paths apply it to the plane
+/// after. As a separate pass over small planes (7x7 to 14x14, hundreds of channels), with
+/// the outputs copied row by row, it took more time than the sums in MobileNetV2.
+pub(crate) fn depthwise_plane(
+    plane: &Plane,
+    input: &[f32],
+    weights: &[f32],
+    finish: &Finish<'_>,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512_available() && matches!(plane.stride, (1, 1) | (2, 2)) {
+        reuse(&PADDED, |scratch| {
+            // SAFETY: this CPU has AVX-512F (checked above), the stride is 1 or 2.
+            unsafe { avx512::finished_plane(plane, input, weights, finish, out, scratch) }
+        });
+        if finish.epilogue.bounds().is_none() {
+            finish.epilogue.apply(out);
+        }
+        return;
+    }
     if plane.stride == (1, 1) {
         reuse(&PADDED, |scratch| {
             padded_plane(plane, input, weights, out, scratch)
         });
-    } else if plane.stride == (2, 2) && avx512_available() {
-        #[cfg(target_arch = "x86_64")]
-        reuse(&PADDED, |scratch| {
-            // SAFETY: this CPU has AVX-512F (checked above).
-            unsafe { avx512::stride2_plane(plane, input, weights, out, scratch) }
-        });
     } else {
         strided_plane(plane, input, weights, out);
     }
+    finish.apply(out);
 }
 
 /// Copies `input` into a zero plane of `padded_width` columns and at least `rows` rows,
@@ -94,7 +117,7 @@ fn zero_padded<'a>(
     padded.iter_mut().for_each(|value| *value = 0.0);
     for (y, row) in input.chunks_exact(plane.width.max(1)).enumerate() {
         let start = (y + top) * padded_width + left;
-        padded[start..start + row.len()].copy_from_slice(row);
+        copy_short(&mut padded[start..start + row.len()], row);
     }
     (padded, rest)
 }
@@ -175,20 +198,148 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{zero_padded, Plane, LANES};
+    use crate::kernels::epilogue::Finish;
     use crate::kernels::simd::first_lanes;
 
-    /// [`depthwise_plane`](super::depthwise_plane) with stride 2 (MobileNet's downsampling
-    /// layers), through a zero-padded copy of the plane: each run of 16 outputs of a row
-    /// sums, over the kernel's taps, the even values of 32 consecutive padded values,
-    /// picked out of two vector loads by one permutation.
+    /// [`depthwise_plane`](super::depthwise_plane) with stride 1 or 2, through a
+    /// zero-padded copy of the plane, `finish` applied in registers (but a GELU, left to
+    /// the caller).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `plane.stride` is (1, 1) or (2, 2).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn finished_plane(
+        plane: &Plane,
+        input: &[f32],
+        weights: &[f32],
+        finish: &Finish<'_>,
+        out: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) {
+        let finish = InRegisters {
+            scale: _mm512_set1_ps(finish.scale),
+            shift: _mm512_set1_ps(finish.shift),
+            residual: finish.residual,
+            clamp: finish.epilogue.bounds(),
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            if plane.stride == (1, 1) {
+                stride1_plane(plane, input, weights, &finish, out, scratch);
+            } else {
+                stride2_plane(plane, input, weights, &finish, out, scratch);
+            }
+        }
+    }
+
+    /// A plane's [`Finish`] as vectors.
+    struct InRegisters<'a> {
+        scale: __m512,
+        shift: __m512,
+        residual: Option<&'a [f32]>,
+        clamp: Option<(f32, f32)>,
+    }
+
+    impl InRegisters<'_> {
+        /// Finishes the sums `value` of the outputs `at..at + count` (count <= 16) of the
+        /// plane and stores them there in `out`.
+        #[target_feature(enable = "avx512f")]
+        fn store(&self, value: __m512, out: &mut [f32], at: usize, count: usize) {
+            let out = &mut out[at..at + count];
+            let mask = first_lanes(count);
+            let mut value = _mm512_fmadd_ps(value, self.scale, self.shift);
+            if let Some(residual) = self.residual {
+                let residual = &residual[at..at + count];
+                // SAFETY: the masked lanes are `residual`'s `count` values.
+                value = _mm512_add_ps(value, unsafe {
+                    _mm512_maskz_loadu_ps(mask, residual.as_ptr())
+                });
+            }
+            if let Some((low, high)) = self.clamp {
+                value = _mm512_min_ps(
+                    _mm512_max_ps(value, _mm512_set1_ps(low)),
+                    _mm512_set1_ps(high),
+                );
+            }
+            // SAFETY: the masked lanes are `out`'s `count` values.
+            unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), mask, value) };
+        }
+    }
+
+    /// Stride 1: the outputs are numbered along the padded rows, so runs of 16 cross the
+    /// rows' ends (7x7 and 14x14 planes would fill 7 or 14 lanes of 16 per row), summed
+    /// into `scratch` (the values past each row's end are computed and dropped), then
+    /// finished row by row into `out`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `plane.stride` is (1, 1).
+    #[target_feature(enable = "avx512f")]
+    unsafe fn stride1_plane(
+        plane: &Plane,
+        input: &[f32],
+        weights: &[f32],
+        finish: &InRegisters<'_>,
+        out: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) {
+        let (kernel_h, kernel_w) = plane.kernel;
+        let (dilation_h, dilation_w) = plane.dilation;
+        let output_width = plane.output_width;
+        // The padded plane is the input plus all its padding (stride 1): every window
+        // lies in it.
+        let padded_width = output_width + (kernel_w - 1) * dilation_w;
+        let padded_height = plane.output_height + (kernel_h - 1) * dilation_h;
+        let positions = (plane.output_height - 1) * padded_width + output_width;
+        let runs = positions.div_ceil(LANES);
+        let (padded, sums) = zero_padded(
+            plane,
+            input,
+            (padded_width, padded_height),
+            LANES,
+            runs * LANES,
+            scratch,
+        );
+        for (run, sums) in sums.chunks_exact_mut(LANES).enumerate() {
+            let base = run * LANES;
+            let mut sum = _mm512_setzero_ps();
+            for ky in 0..kernel_h {
+                for kx in 0..kernel_w {
+                    let at = base + ky * dilation_h * padded_width + kx * dilation_w;
+                    // SAFETY: `base + 15` is below `positions + 15` and the tap's offset
+                    // at most (kernel_h - 1) dilation_h padded_width + (kernel_w - 1)
+                    // dilation_w, so `at + 15` is below padded_height x padded_width + 15:
+                    // inside the margin of 16 past the plane.
+                    let taps = unsafe { _mm512_loadu_ps(padded.as_ptr().add(at)) };
+                    let weight = _mm512_set1_ps(weights[ky * kernel_w + kx]);
+                    sum = _mm512_fmadd_ps(weight, taps, sum);
+                }
+            }
+            // SAFETY: `sums` is 16 values.
+            unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), sum) };
+        }
+        for oy in 0..plane.output_height {
+            for first in (0..output_width).step_by(LANES) {
+                let count = LANES.min(output_width - first);
+                let row = &sums[oy * padded_width + first..][..count];
+                // SAFETY: the masked lanes are `row`'s values.
+                let value = unsafe { _mm512_maskz_loadu_ps(first_lanes(count), row.as_ptr()) };
+                finish.store(value, out, oy * output_width + first, count);
+            }
+        }
+    }
+
+    /// Stride 2 (MobileNet's downsampling layers), output row by output row: each run of
+    /// 16 outputs of a row sums, over the kernel's taps, the even values of 32
+    /// consecutive padded values, picked out of two vector loads by one permutation.
     ///
     /// # Safety
     /// The CPU has AVX-512F; `plane.stride` is (2, 2).
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn stride2_plane(
+    unsafe fn stride2_plane(
         plane: &Plane,
         input: &[f32],
         weights: &[f32],
+        finish: &InRegisters<'_>,
         out: &mut [f32],
         scratch: &mut Vec<f32>,
     ) {
@@ -212,9 +363,9 @@ mod avx512 {
             scratch,
         );
         let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        for (oy, row) in out.chunks_exact_mut(plane.output_width).enumerate() {
-            for first in (0..plane.output_width).step_by(LANES) {
-                let count = LANES.min(plane.output_width - first);
+        let output_width = plane.output_width;
+        for oy in 0..plane.output_height {
+            for first in (0..output_width).step_by(LANES) {
                 let mut sum = _mm512_setzero_ps();
                 for ky in 0..kernel_h {
                     let line = (2 * oy + ky * dilation_h) * padded_width + 2 * first;
@@ -237,10 +388,8 @@ mod avx512 {
                         sum = _mm512_fmadd_ps(weight, taps, sum);
                     }
                 }
-                // SAFETY: `count` values of `row` from `first`.
-                unsafe {
-                    _mm512_mask_storeu_ps(row.as_mut_ptr().add(first), first_lanes(count), sum)
-                };
+                let count = LANES.min(output_width - first);
+                finish.store(sum, out, oy * output_width + first, count);
             }
         }
     }

@@ -81,6 +81,30 @@ multiversion! {
     }
 }
 
+/// What one filter's run of convolution outputs gets: `value * scale + shift + residual`,
+/// then the activation.
+#[derive(Clone, Copy)]
+pub(crate) struct Finish<'a> {
+    pub(crate) scale: f32,
+    pub(crate) shift: f32,
+    /// Laid out as the run.
+    pub(crate) residual: Option<&'a [f32]>,
+    pub(crate) epilogue: Epilogue,
+}
+
+impl Finish<'_> {
+    /// Applies it to the run `values`, in place.
+    pub(crate) fn apply(&self, values: &mut [f32]) {
+        if (self.scale, self.shift) != (1.0, 0.0) {
+            scale_shift(values, self.scale, self.shift);
+        }
+        if let Some(residual) = self.residual {
+            add(values, residual);
+        }
+        self.epilogue.apply(values);
+    }
+}
+
 multiversion! {
     /// `values = values * scale + shift` (a batch norm folded per filter).
     pub(crate) fn scale_shift(values: &mut [f32], scale: f32, shift: f32) {
