@@ -38,10 +38,10 @@ import tvm
 from tvm import relax, sym
 
 # Activation op -> the kernels' epilogue code.
-EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3, "relax.nn.relu6": 4}
-RELU, RELU6 = 1, 4
+EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3, "relax.nn.relu6": 4, "relax.nn.silu": 5}
+RELU, RELU6, SILU = 1, 4, 5
 # The epilogues a convolution folds in.
-CONV_EPILOGUES = (RELU, RELU6)
+CONV_EPILOGUES = (RELU, RELU6, SILU)
 
 
 def tensor_type(expr):
@@ -216,6 +216,10 @@ class Block:
             return self.layer_norm(value)
         if name in ("relax.mean", "relax.sum"):
             return self.reduce_trailing(value, name == "relax.mean")
+        if name == "relax.multiply":
+            silu = self.silu(value)
+            if silu is not None:
+                return silu
         if name in ("relax.add", "relax.multiply", "relax.divide") or name in EPILOGUE:
             return self.fold(value, name)
         if name in ("relax.maximum", "relax.minimum", "relax.clip", "relax.call_tir"):
@@ -361,6 +365,21 @@ class Block:
                 return None
             alpha = float(args[3].value) * (scale if name == "relax.multiply" else 1.0 / scale)
             return packed(kernel_name, args[:3] + [float_value(alpha)], call.ty)
+        return None
+
+    def silu(self, call):
+        """`x * sigmoid(x)` of a kernel call's output `x` (SiLU: ONNX writes a Sigmoid and
+        a Mul) folded as its epilogue, when nothing else uses `x` or the sigmoid."""
+        for x, gate in (tuple(call.args), tuple(reversed(call.args))):
+            sigmoid = self.value_of(gate)
+            if op_name(sigmoid) != "relax.sigmoid" or not sigmoid.args[0].same_as(x) or not self.single_use(gate):
+                continue
+            # Used by the sigmoid and by this multiply only.
+            if not isinstance(x, relax.DataflowVar) or self.uses.get(x, 0) != 2 or not self.is_residual(x, call):
+                continue
+            kernel = self.value_of(x)
+            if packed_name(kernel) is not None:
+                return self.activated(kernel, SILU, call.ty)
         return None
 
     def clamp(self, call, name):

@@ -321,7 +321,7 @@ pub(crate) unsafe fn conv2d_into(
                         .apply(values);
                 }
             };
-            // The same for strips: all in registers, but a GELU.
+            // The same for strips: all in registers, but a GELU or SiLU.
             let in_registers = InRegisters {
                 scale: per_filter
                     .and_then(|per_filter| per_filter.scale)
@@ -332,7 +332,7 @@ pub(crate) unsafe fn conv2d_into(
             };
             let activation = |_: usize, _: Range<usize>, values: &mut [f32]| epilogue.apply(values);
             let then: Then<'_> =
-                matches!(epilogue, Epilogue::Gelu | Epilogue::GeluTanh).then_some(&activation);
+                (epilogue != Epilogue::None && epilogue.bounds().is_none()).then_some(&activation);
             // The group's product with `x` (`depth` rows, `x_stride` apart) into `out`.
             let strip_product = |x: *const f32, x_stride: usize, out: Shared| Product {
                 depth,

@@ -67,10 +67,11 @@ impl Plane {
 /// `y = oy * stride + ky * dilation - top` (likewise x), 0 where that is padding.
 /// `input` is one `height x width` plane, `out` one output plane, `finish` its filter's.
 ///
-/// On AVX-512 CPUs, strides 1 and 2 apply `finish` in registers as each run of outputs is
-/// stored (but a GELU, applied to the plane after); other paths apply it to the plane
-/// after. As a separate pass over small planes (7x7 to 14x14, hundreds of channels), with
-/// the outputs copied row by row, it took more time than the sums in MobileNetV2.
+/// On AVX-512 CPUs, strides 1 and 2 apply `finish` in registers as each run of outputs
+/// is stored (but a GELU or SiLU, applied to the plane after); other paths apply it to
+/// the plane after. As a separate pass over small planes (7x7 to 14x14, hundreds of
+/// channels), with the outputs copied row by row, it took more time than the sums in
+/// MobileNetV2.
 pub(crate) fn depthwise_plane(
     plane: &Plane,
     input: &[f32],
@@ -202,8 +203,8 @@ mod avx512 {
     use crate::kernels::simd::first_lanes;
 
     /// [`depthwise_plane`](super::depthwise_plane) with stride 1 or 2, through a
-    /// zero-padded copy of the plane, `finish` applied in registers (but a GELU, left to
-    /// the caller).
+    /// zero-padded copy of the plane, `finish` applied in registers (but a GELU or SiLU,
+    /// left to the caller).
     ///
     /// # Safety
     /// The CPU has AVX-512F; `plane.stride` is (1, 1) or (2, 2).

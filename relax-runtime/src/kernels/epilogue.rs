@@ -14,6 +14,8 @@ pub(crate) enum Epilogue {
     GeluTanh,
     /// `min(max(x, 0), 6)` (MobileNet's ReLU6).
     Relu6,
+    /// `x * sigmoid(x)` (SiLU, or swish: EfficientNet's activation).
+    Silu,
 }
 
 impl Epilogue {
@@ -24,6 +26,7 @@ impl Epilogue {
             2 => Epilogue::Gelu,
             3 => Epilogue::GeluTanh,
             4 => Epilogue::Relu6,
+            5 => Epilogue::Silu,
             other => return Err(format!("unknown epilogue code {other}")),
         })
     }
@@ -33,7 +36,7 @@ impl Epilogue {
         match self {
             Epilogue::Relu => Some((0.0, f32::INFINITY)),
             Epilogue::Relu6 => Some((0.0, 6.0)),
-            Epilogue::None | Epilogue::Gelu | Epilogue::GeluTanh => None,
+            Epilogue::None | Epilogue::Gelu | Epilogue::GeluTanh | Epilogue::Silu => None,
         }
     }
 
@@ -53,6 +56,7 @@ multiversion! {
             Epilogue::Gelu => values.iter_mut().for_each(|value| *value = gelu(*value)),
             Epilogue::GeluTanh => values.iter_mut().for_each(|value| *value = gelu_tanh(*value)),
             Epilogue::Relu6 => values.iter_mut().for_each(|value| *value = relu6(*value)),
+            Epilogue::Silu => values.iter_mut().for_each(|value| *value = silu(*value)),
         }
     }
 }
@@ -138,6 +142,13 @@ fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
+/// `x sigmoid(x) = x / (1 + e^-x)`, on the vectorizable exp (which clamps its argument:
+/// a large |x| gives x, or a tiny value below, never a NaN).
+#[inline(always)]
+fn silu(x: f32) -> f32 {
+    x / (1.0 + exp(-x))
+}
+
 /// `0.5 x (1 + tanh(u))` with `tanh(u) = 1 - 2 / (e^(2u) + 1)`, on the vectorizable exp.
 #[inline(always)]
 fn gelu_tanh(x: f32) -> f32 {
@@ -192,6 +203,17 @@ mod tests {
             assert!(
                 (values[0] - exact).abs() < 1e-6 * (1.0 + exact.abs()),
                 "gelu_tanh({x})"
+            );
+        }
+        assert_eq!(Epilogue::from_code(5), Ok(Epilogue::Silu));
+        for x in [-100.0f32, -20.0, -1.0, 0.0, 0.5, 3.0, 20.0, 100.0] {
+            let mut values = [x];
+            Epilogue::Silu.apply(&mut values);
+            let exact = (f64::from(x) / (1.0 + (-f64::from(x)).exp())) as f32;
+            assert!(
+                (values[0] - exact).abs() <= 2e-6 * exact.abs() + 1e-30,
+                "silu({x}): {} vs {exact}",
+                values[0]
             );
         }
         let mut rows = [1.0f32, 2.0, 3.0, 4.0];

@@ -113,7 +113,8 @@ pub(crate) fn exp(x: f32) -> f32 {
     // Adding then subtracting 1.5 * 2^23 rounds to the nearest integer (|v| < 2^22).
     const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.3, 88.3);
-    let n = (x * LOG2_E + ROUND) - ROUND;
+    let rounded = x * LOG2_E + ROUND;
+    let n = rounded - ROUND;
     let r = x - n * LN2_HIGH - n * LN2_LOW;
     let r2 = r * r;
     let mut p = 1.987_569_1e-4_f32;
@@ -123,8 +124,12 @@ pub(crate) fn exp(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5;
     let e_r = p * r2 + r + 1.0;
-    // 2^n from its exponent bits; n is in [-126, 127] after the clamp.
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // 2^n from its exponent bits; n is in [-126, 127] after the clamp. `rounded` is
+    // 1.5 * 2^23 + n exactly, so n is the difference of their bits: integer arithmetic
+    // that vectorizes, where `n as i32` (a saturating conversion) was converted lane by
+    // lane. (For a NaN, e_r is NaN, whatever the scale.)
+    let n_bits = rounded.to_bits().wrapping_sub(ROUND.to_bits());
+    let scale = f32::from_bits(n_bits.wrapping_add(127) << 23);
     e_r * scale
 }
 
@@ -145,6 +150,8 @@ mod tests {
         assert_eq!(exp(0.0), 1.0);
         assert!(exp(-1000.0) < 2e-38 && exp(-1000.0) >= 0.0);
         assert!(exp(1000.0).is_finite());
+        assert!(exp(f32::NAN).is_nan());
+        assert_eq!(exp(f32::NEG_INFINITY), exp(-1000.0));
     }
 
     #[test]

@@ -133,6 +133,7 @@ fn convolutions_match_naive_loops() {
             (true, true, true, Epilogue::Relu),
             (false, false, true, Epilogue::None),
             (true, true, true, Epilogue::Gelu),
+            (true, true, false, Epilogue::Silu),
             (true, false, false, Epilogue::Relu6),
         ] {
             let mut expected = naive(&case, &x, &w, None);

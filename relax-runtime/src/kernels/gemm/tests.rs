@@ -56,6 +56,7 @@ fn dense_matches_naive_loops_for_every_layout_and_epilogue() {
                 (Epilogue::Relu, true, true),
                 (Epilogue::None, false, true),
                 (Epilogue::Relu6, true, false),
+                (Epilogue::Silu, true, true),
             ] {
                 let x = values(m * k, 1);
                 let w = values(n * k, 2);

@@ -27,6 +27,7 @@ fn packed_dense_layers_match_naive_loops() {
             (true, true, Epilogue::Gelu),
             (false, true, Epilogue::None),
             (true, true, Epilogue::Relu6),
+            (true, false, Epilogue::Silu),
         ] {
             let mut expected: Vec<f32> = (0..m * n)
                 .map(|index| {
