@@ -66,47 +66,6 @@ class Winograd(unittest.TestCase):
 
 
 
-def conv_then(activation, order=0):
-    """`activation(conv2d(x, w))` for activation(y, sigmoid(y)) (its operands in that order,
-    or reversed with `order`), as ONNX's importer writes Sigmoid then Mul."""
-    x = relax.Var("x", relax.TensorType([1, 4, 8, 8], "float32"))
-    w = relax.Var("w", relax.TensorType([8, 4, 3, 3], "float32"))
-    builder = relax.BlockBuilder()
-    with builder.function("main", [x, w]):
-        with builder.dataflow():
-            conv = builder.emit(relax.op.nn.conv2d(x, w, padding=1))
-            output = builder.emit_output(activation(conv))
-        builder.emit_func_output(output)
-    return builder.get()
-
-
-class Silu(unittest.TestCase):
-    def folded(self, activation):
-        rewritten, _ = offload.rewrite(conv_then(activation), None)
-        return kernel_calls(rewritten), len(rewritten["main"].body.blocks[0].bindings)
-
-    def test_sigmoid_then_multiply_folds_into_the_convolution(self):
-        for name, activation in {
-            "x * sigmoid(x)": lambda y: relax.op.multiply(y, relax.op.sigmoid(y)),
-            "sigmoid(x) * x": lambda y: relax.op.multiply(relax.op.sigmoid(y), y),
-            "silu op": relax.op.nn.silu,
-        }.items():
-            with self.subTest(name):
-                # The kernel call alone is left, bound to the output.
-                self.assertEqual(self.folded(activation), ([("relax_runtime.conv2d", offload.SILU)], 1))
-
-    def test_a_sigmoid_or_a_product_of_another_value_stays(self):
-        y_times_other_sigmoid = lambda y: relax.op.multiply(y, relax.op.sigmoid(relax.op.negative(y)))  # noqa: E731
-        y_squared = lambda y: relax.op.multiply(y, y)  # noqa: E731
-        # The sigmoid is also an output: the convolution's value is still needed as is.
-        both = lambda y: relax.Tuple([relax.op.multiply(y, relax.op.sigmoid(y)), y])  # noqa: E731
-        for activation in (y_times_other_sigmoid, y_squared, both):
-            calls, _ = self.folded(activation)
-            self.assertEqual(calls, [("relax_runtime.conv2d", 0)])
-
-
-if __name__ == "__main__":
-    unittest.main()
 
 
 def onnx_conv_clip(low, high, weights):
@@ -194,14 +153,49 @@ class Clamps(unittest.TestCase):
         self.assertEqual(kernel_calls(rewritten), [("relax_runtime.conv2d_bias", 0)])
 
     def test_relax_clip_and_relu6_ops_fold(self):
-        x = relax.Var("x", relax.TensorType([1, 4, 8, 8], "float32"))
-        w = relax.Var("w", relax.TensorType([8, 4, 3, 3], "float32"))
         for activation in (lambda y: relax.op.clip(y, 0.0, 6.0), relax.op.nn.relu6):
-            builder = relax.BlockBuilder()
-            with builder.function("main", [x, w]):
-                with builder.dataflow():
-                    conv = builder.emit(relax.op.nn.conv2d(x, w, padding=1))
-                    output = builder.emit_output(activation(conv))
-                builder.emit_func_output(output)
-            rewritten, _ = offload.rewrite(builder.get(), None)
+            rewritten, _ = offload.rewrite(conv_then(activation), None)
             self.assertEqual(kernel_calls(rewritten), [("relax_runtime.conv2d", offload.RELU6)])
+
+
+def conv_then(activation):
+    """A function returning `activation(conv2d(x, w))`, a 3x3 convolution of 4 channels
+    into 8."""
+    x = relax.Var("x", relax.TensorType([1, 4, 8, 8], "float32"))
+    w = relax.Var("w", relax.TensorType([8, 4, 3, 3], "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x, w]):
+        with builder.dataflow():
+            conv = builder.emit(relax.op.nn.conv2d(x, w, padding=1))
+            output = builder.emit_output(activation(conv))
+        builder.emit_func_output(output)
+    return builder.get()
+
+
+class Silu(unittest.TestCase):
+    def folded(self, activation):
+        rewritten, _ = offload.rewrite(conv_then(activation), None)
+        return kernel_calls(rewritten), len(rewritten["main"].body.blocks[0].bindings)
+
+    def test_sigmoid_then_multiply_folds_into_the_convolution(self):
+        for name, activation in {
+            "x * sigmoid(x)": lambda y: relax.op.multiply(y, relax.op.sigmoid(y)),
+            "sigmoid(x) * x": lambda y: relax.op.multiply(relax.op.sigmoid(y), y),
+            "silu op": relax.op.nn.silu,
+        }.items():
+            with self.subTest(name):
+                # The kernel call alone is left, bound to the output.
+                self.assertEqual(self.folded(activation), ([("relax_runtime.conv2d", offload.SILU)], 1))
+
+    def test_a_sigmoid_or_a_product_of_another_value_stays(self):
+        y_times_other_sigmoid = lambda y: relax.op.multiply(y, relax.op.sigmoid(relax.op.negative(y)))  # noqa: E731
+        y_squared = lambda y: relax.op.multiply(y, y)  # noqa: E731
+        # The sigmoid is also an output: the convolution's value is still needed as is.
+        both = lambda y: relax.Tuple([relax.op.multiply(y, relax.op.sigmoid(y)), y])  # noqa: E731
+        for activation in (y_times_other_sigmoid, y_squared, both):
+            calls, _ = self.folded(activation)
+            self.assertEqual(calls, [("relax_runtime.conv2d", 0)])
+
+
+if __name__ == "__main__":
+    unittest.main()
