@@ -29,6 +29,7 @@
 //! `[K, N]`; `epilogue` is [`Epilogue`]'s code. Every argument is checked (dtype,
 //! shapes, contiguity) before any memory is touched: a mismatch is a TVM error, not UB.
 
+mod caches;
 mod conv;
 mod depthwise;
 mod edges;
