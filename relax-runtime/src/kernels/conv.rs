@@ -338,8 +338,7 @@ pub(crate) unsafe fn conv2d_into(
                 clamp: epilogue.bounds(),
             };
             let activation = |_: usize, _: Range<usize>, values: &mut [f32]| epilogue.apply(values);
-            let then: Then<'_> =
-                (epilogue != Epilogue::None && epilogue.bounds().is_none()).then_some(&activation);
+            let then: Then<'_> = epilogue.after_registers().then_some(&activation);
             // The group's product with `x` (`depth` rows, `x_stride` apart) into `out`.
             let strip_product = |x: *const f32, x_stride: usize, out: Shared| Product {
                 depth,

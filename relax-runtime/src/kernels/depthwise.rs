@@ -85,7 +85,7 @@ pub(crate) fn depthwise_plane(
             // SAFETY: this CPU has AVX-512F (checked above), the stride is 1 or 2.
             unsafe { avx512::finished_plane(plane, input, weights, finish, out, scratch) }
         });
-        if finish.epilogue.bounds().is_none() {
+        if finish.epilogue.after_registers() {
             finish.epilogue.apply(out);
         }
         return;

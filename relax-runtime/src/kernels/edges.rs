@@ -25,8 +25,9 @@ pub(crate) fn inside_columns(
     (clamp(low), clamp(high))
 }
 
-/// `destination.copy_from_slice(source)` for short runs (im2col's, a depthwise plane's rows), where a call to
-/// `memmove` costs more than the copy: whole chunks of 8 are fixed-size copies (moves).
+/// `destination.copy_from_slice(source)` for short runs (im2col's, a depthwise plane's
+/// rows), where a call to `memmove` costs more than the copy: whole chunks of 8 are
+/// fixed-size copies (moves).
 pub(crate) fn copy_short(destination: &mut [f32], source: &[f32]) {
     let mut chunks = destination.chunks_exact_mut(8);
     let mut sources = source.chunks_exact(8);

@@ -40,6 +40,12 @@ impl Epilogue {
         }
     }
 
+    /// Whether the activation is more than a clamp: what the kernels apply to stored
+    /// values (a GELU, a SiLU) after what they apply in registers ([`Epilogue::bounds`]).
+    pub(crate) fn after_registers(self) -> bool {
+        self != Epilogue::None && self.bounds().is_none()
+    }
+
     /// Applies the activation to `values` in place.
     pub(crate) fn apply(self, values: &mut [f32]) {
         if self != Epilogue::None {
