@@ -73,7 +73,7 @@ impl Cache {
         let Some(value) = env::var(cargo, env::CACHE_SIZE) else {
             return Ok(DEFAULT_SIZE_LIMIT);
         };
-        size_limit(&value.to_string_lossy())
+        parse_size_limit(&value.to_string_lossy())
     }
 
     /// `RELAX_CACHE_DIR`, else `$XDG_CACHE_HOME/relax-cargo/cache`, else `~/.cache/relax-cargo/cache`.
@@ -279,7 +279,7 @@ impl Cache {
 }
 
 /// A `RELAX_CACHE_SIZE` value in bytes, or the error naming the variable and the fix.
-fn size_limit(value: &str) -> Result<u64> {
+fn parse_size_limit(value: &str) -> Result<u64> {
     parse_size(value).ok_or_else(|| Error::ManifestKey {
         path: PathBuf::from("environment"),
         key: env::CACHE_SIZE.to_string(),
@@ -382,7 +382,7 @@ mod tests {
         make_entry(&cache, "c", 10_000, 2 * HOUR);
         make_entry(&cache, "d", 10_000, Duration::ZERO);
         let present = |key: &str| root.path().join("entries").join(key).exists();
-        assert!(!present("a"), "the oldest entry stays");
+        assert!(!present("a"), "the oldest entry was kept");
         assert!(present("b") && present("c") && present("d"));
         assert!(cache.size() <= 35_000, "{} bytes", cache.size());
 
@@ -401,14 +401,14 @@ mod tests {
 
     #[test]
     fn sizes_are_bytes_or_binary_units() {
-        assert_eq!(size_limit("10G").unwrap(), 10 << 30);
-        assert_eq!(size_limit(" 512m ").unwrap(), 512 << 20);
-        assert_eq!(size_limit("1.5GiB").unwrap(), 3 << 29);
-        assert_eq!(size_limit("20 GB").unwrap(), 20 << 30);
-        assert_eq!(size_limit("4096").unwrap(), 4096);
-        assert_eq!(size_limit("2T").unwrap(), 2 << 40);
+        assert_eq!(parse_size_limit("10G").unwrap(), 10 << 30);
+        assert_eq!(parse_size_limit(" 512m ").unwrap(), 512 << 20);
+        assert_eq!(parse_size_limit("1.5GiB").unwrap(), 3 << 29);
+        assert_eq!(parse_size_limit("20 GB").unwrap(), 20 << 30);
+        assert_eq!(parse_size_limit("4096").unwrap(), 4096);
+        assert_eq!(parse_size_limit("2T").unwrap(), 2 << 40);
         for wrong in ["", "G", "ten", "-1G", "10X", "inf", "1e30T"] {
-            let message = size_limit(wrong).unwrap_err().to_string();
+            let message = parse_size_limit(wrong).unwrap_err().to_string();
             assert!(
                 message.contains("RELAX_CACHE_SIZE")
                     && message.contains(&format!("`{wrong}` is not a size"))
