@@ -100,6 +100,9 @@ pub enum WeightLayout {
     Winograd,
     /// The same in Winograd F(4x4, 3x3) form, `[36, in, out]`.
     Winograd4,
+    /// A convolution kernel packed in filter panels, `[ceil(out / 64), in, kh, kw, 64]`:
+    /// the file holds `[columns, in, kh, kw]` (OIHW, `columns` filters).
+    FilterPanels,
 }
 
 impl TensorType {
@@ -126,6 +129,15 @@ impl TensorType {
                     Dim::Static(3),
                 ],
                 other => other.to_vec(),
+            },
+            WeightLayout::FilterPanels => match (self.shape.as_slice(), self.columns) {
+                ([_, channels, kernel_h, kernel_w, _], Some(columns)) => vec![
+                    Dim::Static(columns),
+                    channels.clone(),
+                    kernel_h.clone(),
+                    kernel_w.clone(),
+                ],
+                (other, _) => other.to_vec(),
             },
         }
     }
@@ -196,6 +208,11 @@ mod tests {
             weight("[36, 64, 128]", "winograd4").stored_shape(),
             dims(&[128, 64, 3, 3])
         );
+        let conv: TensorType = serde_json::from_str(
+            r#"{"name": "w", "dtype": "float32", "shape": [3, 64, 3, 3, 64], "layout": "filter_panels", "columns": 130}"#,
+        )
+        .unwrap();
+        assert_eq!(conv.stored_shape(), dims(&[130, 64, 3, 3]));
         let plain: TensorType =
             serde_json::from_str(r#"{"name": "w", "dtype": "float32", "shape": [4]}"#).unwrap();
         assert_eq!(plain.layout, WeightLayout::Stored);

@@ -72,6 +72,9 @@ pub enum WeightLayout {
     Winograd,
     /// The same in Winograd F(4x4, 3x3) form, `[36, in, out]`.
     Winograd4,
+    /// A float32 convolution kernel packed in filter panels, `[ceil(out / 64), in, kh,
+    /// kw, 64]`: stored as `[out, in, kh, kw]` (`columns` filters).
+    FilterPanels,
 }
 
 impl WeightLayout {
@@ -99,6 +102,18 @@ impl WeightLayout {
                 Dim::Static(3),
                 Dim::Static(3),
             ]),
+            (
+                WeightLayout::FilterPanels,
+                [Dim::Static(panels), channels, kernel_h, kernel_w, Dim::Static(64)],
+                Some(columns),
+            ) if columns > 0 && *panels == columns / 64 + i64::from(columns % 64 != 0) => {
+                Some(vec![
+                    Dim::Static(columns),
+                    channels.clone(),
+                    kernel_h.clone(),
+                    kernel_w.clone(),
+                ])
+            }
             _ => None,
         }
     }

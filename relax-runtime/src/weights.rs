@@ -80,6 +80,7 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
             }
             WeightLayout::Winograd => winograd(view.shape(), view.data(), WinogradTile::Two)?,
             WeightLayout::Winograd4 => winograd(view.shape(), view.data(), WinogradTile::Four)?,
+            WeightLayout::FilterPanels => filter_panels(view.shape(), view.data())?,
         };
         tensors.insert((&expected.name, expected.layout), tensor);
     }
@@ -125,6 +126,19 @@ fn panels(shape: &[usize], data: &[u8], layout: WeightLayout) -> Result<Tensor> 
         _ => values[k * columns + n],
     });
     Tensor::from_slice(&packed, &[columns.div_ceil(PANEL), depth, PANEL])
+}
+
+/// A float32 convolution kernel stored `[out, in, kh, kw]` packed in filter panels,
+/// `[ceil(out / 64), in, kh, kw, 64]` (see `kernels::filter_panels`).
+fn filter_panels(shape: &[usize], data: &[u8]) -> Result<Tensor> {
+    let values = floats(data);
+    let filters = shape[0];
+    let depth = shape[1..].iter().product::<usize>();
+    let packed = crate::kernels::pack_panels(depth, filters, |k, n| values[n * depth + k]);
+    Tensor::from_slice(
+        &packed,
+        &[filters.div_ceil(PANEL), shape[1], shape[2], shape[3], PANEL],
+    )
 }
 
 fn dtype_of(dtype: StDtype) -> Option<DType> {
@@ -235,6 +249,35 @@ mod tests {
             assert_eq!(
                 weights[0][0].as_slice::<f32>().unwrap(),
                 crate::kernels::winograd_weights(&values, 2, 1, tile)
+            );
+        }
+    }
+
+    #[test]
+    fn a_convolution_kernel_is_packed_in_filter_panels_at_load_or_refused_when_they_do_not_fit() {
+        let values: Vec<f32> = (0..18).map(|value| value as f32).collect();
+        let signature = |shape: &str| {
+            let json = format!(
+                r#"{{"model": "m", "tvm_version": "0.27.0.post1", "target": "{{}}", "functions": [
+                {{"name": "main", "inputs": [], "outputs": [], "returns_tuple": false,
+                  "weights": [{{"name": "k", "dtype": "float32", "shape": {shape}, "layout": "filter_panels", "columns": 2}}]}}]}}"#
+            );
+            ModelSignature::from_json("m", &json).unwrap()
+        };
+        let weights = load(&signature("[1, 1, 3, 3, 64]"), Some(&kernels_file(&values))).unwrap();
+        assert_eq!(weights[0][0].shape(), [1, 1, 3, 3, 64]);
+        let packed = weights[0][0].as_slice::<f32>().unwrap();
+        // Value k of filter f (stored at f * 9 + k) is at k * 64 + f; the padding is 0.
+        for k in 0..9 {
+            assert_eq!(packed[k * 64..k * 64 + 3], [k as f32, 9.0 + k as f32, 0.0]);
+        }
+        for shape in ["[2, 1, 3, 3, 64]", "[1, 1, 3, 3, 32]", "[1, 1, 3, 64]"] {
+            let error = load(&signature(shape), Some(&kernels_file(&values)))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("which that layout cannot be"),
+                "{shape}: {error}"
             );
         }
     }

@@ -29,7 +29,10 @@ Likewise a weight used only as the kernel of 3x3 convolutions with stride 1 (no 
 one group) that a Winograd variant computes best (see `winograd_tile`) is taken as its
 Winograd transform: `[36, in, out]` for F(4x4, 3x3) (`"layout": "winograd4"`, 4 times
 fewer multiply-adds) or `[16, in, out]` for F(2x2, 3x3) (`"layout": "winograd"`, 2.25
-times fewer), computed by relax-runtime when it loads the weights.
+times fewer), computed by relax-runtime when it loads the weights. And a weight used only
+as the kernel of convolutions onto small planes (one group, see `takes_filter_panels`) is
+taken packed in filter panels, `[ceil(out / 64), in, kh, kw, 64]` (`"layout":
+"filter_panels"`, with its `"columns"`: the filters).
 """
 
 import math
@@ -714,11 +717,66 @@ def winograd_weights(function):
     return function, chosen
 
 
+# Convolutions whose output planes have at most this many pixels take their kernel packed
+# in filter panels, `[ceil(out / 64), in, kh, kw, 64]` (relax-runtime's
+# `kernels::filter_panels`): the filters run along the vector lanes, which strips fill
+# with a 7x7 plane's 49 pixels only to 49 of 64. ResNet-50's layers onto 7x7 planes took
+# 0.79-0.93 of their time on strips (per layer, in the whole model, 2 threads); on one
+# thread, 14x14 planes (196 pixels: 13 vectors of 16, nearly full) measured the same.
+FILTER_PANELS_MAX_PIXELS = 64
+# ... from this many: below a 4x4 plane a convolution is a few matrix-vector products,
+# bound by reading the weights, where strips measured faster (EfficientNet-B0's
+# squeeze-excite convolutions on 1x1 planes: 1-11 us against 2-17) ...
+FILTER_PANELS_MIN_PIXELS = 16
+# ... and with filters a multiple of this: whole panels, an even number of them (with
+# a partial panel, or an odd number shared out over two threads, MobileNetV2's and
+# EfficientNet-B0's 7x7 layers of 160, 192 and 320 filters took 1.1-1.75x their time on
+# strips).
+FILTER_PANELS_FILTERS = 128
+
+
+def takes_filter_panels(name, args, out_ty):
+    """Whether the kernel call `name(args)` (a convolution with one group and static
+    sizes) computes best with its kernel packed in filter panels."""
+    if name is None or name.removesuffix(RESIDUAL) not in CONV:
+        return False
+    w_dims, out_dims = dims(args[1]), dims_of_type(out_ty)
+    if w_dims is None or out_dims is None or len(w_dims) != 4 or len(out_dims) != 4:
+        return False
+    static = static_ints(w_dims + out_dims[2:])
+    if static is None:
+        return False
+    filters, _, _, _, height, width = static
+    groups = int(args[len(args) + epilogue_index(name) - 1].value)
+    pixels = height * width
+    return (
+        groups == 1
+        and filters % FILTER_PANELS_FILTERS == 0
+        and FILTER_PANELS_MIN_PIXELS <= pixels <= FILTER_PANELS_MAX_PIXELS
+    )
+
+
+def filter_panel_weights(function):
+    """Takes the weights used only as kernels of convolutions that compute best with
+    filter panels (`takes_filter_panels`) as `[ceil(out / 64), in, kh, kw, 64]`
+    parameters (packed at load).
+
+    Returns the function and {parameter index: (layout, columns)}.
+    """
+    stored = {index: dims(param) for index, param in enumerate(function.params)}
+
+    def packed_dims(d):
+        return [(int(d[0]) + PANEL - 1) // PANEL, d[1], d[2], d[3], PANEL]
+
+    function, indices = take_weights_otherwise(function, 4, takes_filter_panels, packed_dims)
+    return function, {index: ("filter_panels", int(stored[index][0])) for index in indices}
+
+
 def rewrite(ir_module, target):
     """The module with its matmuls and convolutions rewritten into kernel calls, and, per
     function name, how it takes each weight parameter it takes otherwise than stored
-    (index -> {"layout": "panels", "transposed_panels", "winograd" or "winograd4",
-    "columns": N of packed ones})."""
+    (index -> {"layout": "panels", "transposed_panels", "winograd", "winograd4" or
+    "filter_panels", "columns": N of packed ones})."""
     del target  # the kernels choose their instructions at run time
     module = ir_module
     layouts = {}
@@ -727,6 +785,8 @@ def rewrite(ir_module, target):
             rewritten = rewrite_function(function, ir_module)
             rewritten, packed = panel_weights(rewritten)
             rewritten, winograd = winograd_weights(rewritten)
+            rewritten, filter_panels = filter_panel_weights(rewritten)
+            packed.update(filter_panels)
             chosen = {index: {"layout": layout, "columns": columns} for index, (layout, columns) in packed.items()}
             chosen.update({index: {"layout": layout} for index, layout in winograd.items()})
             if chosen:

@@ -15,27 +15,50 @@ from tvm import relax  # noqa: E402
 from relax_driver import offload  # noqa: E402
 
 
-def convolutions(weights, uses):
+def convolutions(weights, uses, groups=1):
     """A function of one input per size in `uses` and one weight per `weights` entry
-    (`(filters, channels)`), whose bindings are 3x3, stride-1, padding-1 convolution kernel
-    calls: `uses` is a list of (weight index, input size)."""
+    (`(filters, channels per group)`), whose bindings are 3x3, stride-1, padding-1
+    convolution kernel calls in `groups` groups: `uses` is a list of (weight index, input
+    size)."""
     sizes = sorted({size for _, size in uses})
     channels_of = {size: {weights[w][1] for w, s in uses if s == size} for size in sizes}
     inputs = {}
     for size in sizes:
         (channels,) = channels_of[size]
-        inputs[size] = relax.Var(f"x{size}", relax.TensorType([1, channels, size, size], "float32"))
+        inputs[size] = relax.Var(f"x{size}", relax.TensorType([1, channels * groups, size, size], "float32"))
     params = [relax.Var(f"w{index}", relax.TensorType([filters, channels, 3, 3], "float32")) for index, (filters, channels) in enumerate(weights)]
     bindings = []
     for index, (weight, size) in enumerate(uses):
         out_ty = relax.TensorType([1, weights[weight][0], size, size], "float32")
         # strides, padding (4), dilation, groups, epilogue
-        ints = [offload.int_value(value) for value in (1, 1, 1, 1, 1, 1, 1, 1, 1, 0)]
+        ints = [offload.int_value(value) for value in (1, 1, 1, 1, 1, 1, 1, 1, groups, 0)]
         call = offload.packed("relax_runtime.conv2d", [inputs[size], params[weight], *ints], out_ty)
         bindings.append(relax.VarBinding(relax.Var(f"y{index}", out_ty), call))
     body = relax.SeqExpr([relax.DataflowBlock(bindings)], bindings[-1].var)
     function = relax.Function([*inputs.values(), *params], body, bindings[-1].var.ty)
     return function.with_attr("num_input", len(inputs))
+
+
+class FilterPanels(unittest.TestCase):
+    def test_convolutions_onto_small_planes_with_many_filters_take_them(self):
+        function, chosen = offload.filter_panel_weights(convolutions([(512, 512), (128, 16)], [(0, 7), (1, 8)]))
+        self.assertEqual(chosen, {2: ("filter_panels", 512), 3: ("filter_panels", 128)})
+        self.assertEqual([int(d) for d in offload.dims(function.params[2])], [8, 512, 3, 3, 64])
+        self.assertEqual([int(d) for d in offload.dims(function.params[3])], [2, 16, 3, 3, 64])
+
+    def test_other_convolutions_keep_their_kernel(self):
+        for weights, uses, groups in [
+            ([(64, 512)], [(0, 7)], 1),  # one panel: one of two threads would idle
+            ([(160, 512)], [(0, 7)], 1),  # a partial panel
+            ([(192, 512)], [(0, 7)], 1),  # 3 panels
+            ([(512, 512)], [(0, 9)], 1),  # 81 pixels: strips fill their lanes well enough
+            ([(512, 512)], [(0, 3)], 1),  # 9 pixels: matrix-vector products
+            ([(512, 512)], [(0, 7), (0, 14)], 1),  # also used onto a 14x14 plane
+            ([(256, 8)], [(0, 7)], 2),  # two groups
+        ]:
+            function, chosen = offload.filter_panel_weights(convolutions(weights, uses, groups))
+            self.assertEqual(chosen, {}, (weights, uses, groups))
+            self.assertEqual(len(offload.dims(function.params[-1])), 4)
 
 
 class Winograd(unittest.TestCase):

@@ -10,7 +10,9 @@ use super::caches::level2_bytes;
 use super::depthwise::{depthwise_plane, Plane};
 use super::edges::{copy_short, fill_zero, inside_columns};
 use super::epilogue::{Epilogue, Finish};
+use super::filter_panels::{self, multiply_panel, PIXELS_PER_TILE};
 use super::gemm::{gemm_block, Rhs};
+use super::panels::PANEL;
 use super::parallel::{chunk, parallel_for, Executor, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
 use super::simd::avx512_available;
@@ -237,13 +239,15 @@ pub(crate) struct Operands<'a> {
 }
 
 /// How a convolution is computed: by [`conv2d_into`] (the kernel as given), by
-/// [`depthwise_conv`] (one input channel per group), or by [`winograd_conv`] (the kernel
-/// in that variant's Winograd form).
+/// [`depthwise_conv`] (one input channel per group), by [`winograd_conv`] (the kernel
+/// in that variant's Winograd form), or by [`filter_panels_conv`] (the kernel packed in
+/// filter panels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Algorithm {
     Unfolded,
     Depthwise,
     Winograd(Tile),
+    FilterPanels,
 }
 
 impl Algorithm {
@@ -261,6 +265,7 @@ impl Algorithm {
                 Algorithm::Unfolded => conv2d_into(shape, operands, executor),
                 Algorithm::Depthwise => depthwise_conv(shape, operands, executor),
                 Algorithm::Winograd(tile) => winograd_conv(tile, shape, operands, executor),
+                Algorithm::FilterPanels => filter_panels_conv(shape, operands, executor),
             }
         }
     }
@@ -574,6 +579,124 @@ pub(crate) unsafe fn winograd_conv(
     unsafe { winograd_into(&plan, x, u, out, &finish, executor) }
 }
 
+/// `out = epilogue(conv2d(x, w) * scale + shift + residual)` with `w` packed in filter
+/// panels, `[ceil(filters / 64), channels, kh, kw, 64]` (see [`filter_panels`]): for
+/// output planes of few pixels, which strips' 64 pixel lanes would not fill. Per image,
+/// the input is unfolded once (but for a 1x1 convolution with stride 1), the tasks
+/// sharing out its channels, then the tasks share out the panels.
+///
+/// # Safety
+/// As [`conv2d_into`], with one group and `w` the packed panels of `shape.filters`.
+pub(crate) unsafe fn filter_panels_conv(
+    shape: &Conv2d,
+    operands: Operands<'_>,
+    executor: Executor,
+) -> Result<(), String> {
+    let Operands {
+        x,
+        w,
+        per_filter,
+        residual,
+        epilogue,
+        out,
+    } = operands;
+    let (output_height, output_width) = shape
+        .output()
+        .ok_or("the kernel does not fit the padded input")?;
+    let pixels = output_height * output_width;
+    let per_channel = shape.kernel.0 * shape.kernel.1;
+    let depth = shape.channels * per_channel;
+    let plane = shape.height * shape.width;
+    let residual = residual.map(|residual| Shared(residual.cast_mut()));
+    let (x, w) = (Shared(x.cast_mut()), Shared(w.cast_mut()));
+    let panels = shape.filters.div_ceil(PANEL);
+    let avx512 = avx512_available();
+    let inline = shape.filters * pixels * depth < INLINE_WORK;
+    // The unfolded input lives on this thread; the tasks (which do not use `UNFOLDED`)
+    // write and read it through a pointer.
+    reuse(&UNFOLDED, |buffer| {
+        let unfolded =
+            (!shape.pointwise()).then(|| Shared(prefix(buffer, depth * pixels).as_mut_ptr()));
+        for image in 0..shape.batch {
+            let input = Shared(x.at(image * shape.channels * plane));
+            let (rows, x_stride) = match unfolded {
+                None => (input, plane),
+                Some(unfolded) => {
+                    executor(inline, &|task, tasks| {
+                        let channels = chunk(shape.channels, tasks, task, 1);
+                        // SAFETY: the image's input planes of these channels, read only;
+                        // their rows of the unfolded input, this task's alone.
+                        let (source, column) = unsafe {
+                            (
+                                std::slice::from_raw_parts(
+                                    input.at(channels.start * plane).cast_const(),
+                                    channels.len() * plane,
+                                ),
+                                std::slice::from_raw_parts_mut(
+                                    unfolded.at(channels.start * per_channel * pixels),
+                                    channels.len() * per_channel * pixels,
+                                ),
+                            )
+                        };
+                        let part = Conv2d {
+                            channels: channels.len(),
+                            groups: 1,
+                            ..*shape
+                        };
+                        im2col(&part, source, output_width, 0..pixels, column);
+                    })?;
+                    (unfolded, pixels)
+                }
+            };
+            let first_output = image * shape.filters * pixels;
+            executor(inline, &|task, tasks| {
+                let operands = filter_panels::Operands {
+                    depth,
+                    panels: w.get().cast_const(),
+                    x: rows.get().cast_const(),
+                    x_stride,
+                    out: Shared(out.at(first_output)),
+                    out_stride: pixels,
+                };
+                // Whole panels per task when they share out evenly; else each panel's
+                // pixels are split in `tasks` parts too (3 panels over 2 tasks made one
+                // task compute 2: EfficientNet's 7x7 layers of 192 filters, 1.2x slower).
+                let parts = if panels.is_multiple_of(tasks) {
+                    1
+                } else {
+                    tasks
+                };
+                for unit in chunk(panels * parts, tasks, task, 1) {
+                    let panel = unit / parts;
+                    let columns = chunk(pixels, parts, unit % parts, PIXELS_PER_TILE);
+                    let filters = panel * PANEL..(panel * PANEL + PANEL).min(shape.filters);
+                    // SAFETY: AVX-512F is there when `avx512`; the panel, the image's
+                    // `depth` rows and its output block (the panel's filters by
+                    // `columns`, this task's alone) are inside the checked tensors.
+                    unsafe {
+                        multiply_panel(&operands, panel, filters.len(), columns.clone(), avx512)
+                    };
+                    for filter in filters {
+                        let offset = first_output + filter * pixels + columns.start;
+                        // SAFETY: filter `filter`'s output run of `columns`, this task's
+                        // alone; the residual's, which no task writes.
+                        let (values, residual) = unsafe {
+                            (
+                                std::slice::from_raw_parts_mut(out.at(offset), columns.len()),
+                                residual.map(|residual| {
+                                    std::slice::from_raw_parts(residual.at(offset), columns.len())
+                                }),
+                            )
+                        };
+                        finish_of(per_filter, filter, residual, epilogue).apply(values);
+                    }
+                }
+            })?;
+        }
+        Ok(())
+    })
+}
+
 /// The per-filter step, the residual (`residual`: the run's) and the activation of one
 /// run of filter `filter`'s output.
 fn finish_of<'a>(
@@ -612,15 +735,19 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     let name = args.name;
     let x = args.tensor(0, Some(4))?;
     let w = args.tensor(1, None)?;
-    // `[16 or 36, in, out]`: a 3x3 kernel in Winograd form (see `winograd`); else OIHW.
+    // `[16 or 36, in, out]`: a 3x3 kernel in Winograd form (see `winograd`);
+    // `[ceil(out / 64), in, kh, kw, 64]`: packed in filter panels; else OIHW.
     let winograd = w.shape.len() == 3;
-    if !winograd && w.shape.len() != 4 {
+    let packed = w.shape.len() == 5;
+    if !winograd && !packed && w.shape.len() != 4 {
         return Err(format!(
-            "{name}: w has rank {}, not 4 (or 3, Winograd)",
+            "{name}: w has rank {}, not 4 (or 3, Winograd; or 5, filter panels)",
             w.shape.len()
         ));
     }
-    let algorithm = if winograd {
+    let algorithm = if packed {
+        Algorithm::FilterPanels
+    } else if winograd {
         let values = w.shape[0] as usize;
         let tile = Tile::of_values(values).ok_or_else(|| {
             format!("{name}: a Winograd kernel has 16 or 36 values per kernel, not {values}")
@@ -658,7 +785,13 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         channels: dim(&x, 1),
         height: dim(&x, 2),
         width: dim(&x, 3),
-        filters: dim(&w, if winograd { 2 } else { 0 }),
+        filters: if winograd {
+            dim(&w, 2)
+        } else if packed {
+            dim(&out, 1)
+        } else {
+            dim(&w, 0)
+        },
         kernel: if winograd {
             (3, 3)
         } else {
@@ -674,6 +807,8 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         && shape.filters.is_multiple_of(groups)
         && dim(&w, 1) * groups == shape.channels
         && (!winograd || (shape.stride, shape.dilation, groups) == ((1, 1), (1, 1), 1))
+        && (!packed
+            || (groups == 1 && dim(&w, 0) == shape.filters.div_ceil(PANEL) && dim(&w, 4) == PANEL))
         && vectors.iter().all(|vector| vector.len() == shape.filters)
         && residual.is_none_or(|residual| residual.shape == out.shape)
         && shape.output().is_some_and(|(height, width)| {
@@ -730,7 +865,8 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     }
     let residual = residual.map(|residual| residual.data.cast_const());
     // SAFETY: every shape was checked against the others above (for Winograd: a 3x3
-    // kernel, stride 1, no dilation, one group).
+    // kernel, stride 1, no dilation, one group; for filter panels: one group, the panels
+    // of the output's filters).
     unsafe {
         algorithm.convolve(
             &shape,

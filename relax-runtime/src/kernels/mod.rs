@@ -6,8 +6,8 @@
 //! registered under those names (`TVMFFIFunctionCreate` + `TVMFFIFunctionSetGlobal`)
 //! when the TVM runtime is loaded, before any model. They compute with the `gemm` crate
 //! (AVX-512, AVX2 or NEON, chosen at run time) or their own tiles: for weights
-//! relax-runtime converted at load (`panels`, `winograd`), and, on AVX-512 CPUs, for
-//! convolutions' products (`strips`); split over TVM's thread pool.
+//! relax-runtime converted at load (`panels`, `winograd`, `filter_panels`), and, on
+//! AVX-512 CPUs, for convolutions' products (`strips`); split over TVM's thread pool.
 //!
 //! | name | arguments (outputs last) |
 //! |---|---|
@@ -17,6 +17,7 @@
 //! | `relax_runtime.batch_matmul` | `a[B.., M, K], b[B.., K, N] or [K, N], transpose_b, alpha, out[B.., M, N]` |
 //! | `relax_runtime.conv2d` | `x[N, C, H, W], w[O, C/g, KH, KW], strides(2), padding(4), dilation(2), groups, epilogue, out` |
 //! | | `w` may be `[16, C, O]` or `[36, C, O]` instead: a 3x3 kernel in Winograd F(2x2, 3x3) or F(4x4, 3x3) form (stride 1, no dilation, one group; relax-runtime transforms such weights when it loads them) |
+//! | | or `[ceil(O / 64), C, KH, KW, 64]`: packed in filter panels at load (one group; see `filter_panels`) |
 //! | `relax_runtime.conv2d_bias` | as `conv2d`, with `bias[O]` after `w` |
 //! | `relax_runtime.conv2d_bn` | as `conv2d`, with `gamma[O], beta[O], mean[O], variance[O], epsilon` after `w` |
 //! | `relax_runtime.<dense or conv2d kernel>_add` | as the kernel, with `residual` (the output's shape) before `out`, added before the activation |
@@ -34,6 +35,7 @@ mod conv;
 mod depthwise;
 mod edges;
 mod epilogue;
+mod filter_panels;
 mod gemm;
 mod panels;
 mod parallel;

@@ -95,6 +95,9 @@ fn convolutions_match_naive_loops() {
         shape(16, 12, 8, 1, 2, 0, 1, 1),   // strided 1x1
         shape(8, 9, 8, 3, 1, 2, 2, 2),     // dilated, two groups
         shape(4, 3, 70, 3, 1, 1, 1, 1),    // few pixels, many filters: split by filters
+        shape(5, 7, 130, 3, 1, 1, 1, 1),   // a 7x8 plane, 3 filter panels (the last of 2)
+        shape(9, 6, 200, 1, 1, 0, 1, 1),   // pointwise on a 6x7 plane, 4 filter panels
+        shape(7, 13, 150, 1, 2, 0, 1, 1),  // strided 1x1 onto a 7x7 plane
         shape(128, 20, 4, 3, 1, 1, 1, 1),  // deep patches: several unfolded blocks per task
         shape(64, 24, 4, 3, 1, 1, 1, 1),   // 600 pixels: split by pixels, 3 blocks per task
         shape(8, 24, 8, 1, 1, 0, 1, 1),    // pointwise, split by pixels (320 + 280)
@@ -156,13 +159,19 @@ fn convolutions_match_naive_loops() {
                 shift: &bias,
             });
             let residual = with_residual.then_some(residual.as_ptr());
-            // im2col (or the direct 1x1 path), and Winograd where it applies, with the
-            // kernel in Winograd form.
+            // im2col (or the direct 1x1 path), filter panels (one group) and Winograd
+            // where it applies, with the kernel packed or in Winograd form.
             let winograd_fits = case.kernel == (3, 3)
                 && (case.stride, case.dilation, case.groups) == ((1, 1), (1, 1), 1);
             let mut algorithms = vec![(Algorithm::Unfolded, w.clone())];
             if case.channels == case.groups {
                 algorithms.push((Algorithm::Depthwise, w.clone()));
+            }
+            if case.groups == 1 {
+                let depth = case.channels * case.kernel.0 * case.kernel.1;
+                let panels =
+                    crate::kernels::pack_panels(depth, case.filters, |k, f| w[f * depth + k]);
+                algorithms.push((Algorithm::FilterPanels, panels));
             }
             if winograd_fits {
                 for tile in [Tile::Two, Tile::Four] {
@@ -302,7 +311,7 @@ fn call_conv2d(w: &mut [f32], w_shape: &mut [i64], stride: i64) -> Result<Vec<f3
 }
 
 #[test]
-fn the_kernel_takes_either_winograd_form_and_refuses_other_ones() {
+fn the_kernel_takes_winograd_and_filter_panel_forms_and_refuses_other_ones() {
     let w = values(3 * 2 * 9, 2);
     let direct = call_conv2d(&mut w.clone(), &mut [3, 2, 3, 3], 1).unwrap();
     for tile in [Tile::Two, Tile::Four] {
@@ -319,6 +328,18 @@ fn the_kernel_takes_either_winograd_form_and_refuses_other_ones() {
         error.contains("16 or 36 values per kernel, not 25"),
         "{error}"
     );
+    let mut panels = crate::kernels::pack_panels(18, 3, |k, f| w[f * 18 + k]);
+    let out = call_conv2d(&mut panels, &mut [1, 2, 3, 3, 64], 1).unwrap();
+    assert_close(
+        &out,
+        &direct,
+        "filter panels through the kernel's arguments",
+    );
+    // Two panels, or panels of 32, for the output's 3 filters.
+    for shape in [[2, 2, 3, 3, 64], [1, 2, 3, 3, 32]] {
+        let error = call_conv2d(&mut vec![0.0; 2 * 18 * 64], &mut shape.clone(), 1).unwrap_err();
+        assert!(error.contains("shapes do not fit"), "{shape:?}: {error}");
+    }
     // Winograd forms are for stride 1 only (the output's shape fits stride 2).
     call_conv2d(&mut w.clone(), &mut [3, 2, 3, 3], 2).unwrap();
     let error = call_conv2d(&mut vec![0.0; 36 * 6], &mut [36, 2, 3], 2).unwrap_err();
