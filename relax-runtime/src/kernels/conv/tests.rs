@@ -114,6 +114,21 @@ fn convolutions_match_naive_loops() {
             padding: (0, 0, 1, 1),
             ..shape(4, 18, 4, 3, 2, 0, 1, 4)
         },
+        // Stride 1 with the output as wide as the input (unfolded as shifted planes), one
+        // row taller (more padding on top), a 5x5 kernel over a plane only 4 rows high
+        // (shifts past whole rows), and 3 filter panels.
+        Conv2d {
+            padding: (2, 1, 1, 1),
+            ..shape(6, 9, 8, 3, 1, 0, 1, 1)
+        },
+        Conv2d {
+            height: 4,
+            ..shape(5, 11, 7, 5, 1, 2, 1, 1)
+        },
+        Conv2d {
+            height: 6,
+            ..shape(3, 6, 130, 3, 1, 1, 1, 1)
+        },
         Conv2d {
             padding: (1, 2, 2, 1),
             ..shape(4, 70, 4, 5, 2, 0, 1, 4)
