@@ -119,10 +119,9 @@ impl Conv2d {
 /// At stride 1 with the output as wide as the input, each unfolded row is the input
 /// plane shifted ([`unfold_shifted`]). Otherwise walks output rows, not pixels: each
 /// (channel, ky, kx, output row) is a strided (or contiguous) run of one input row, with
-/// zeros at the edges. The runs are short
-/// on small images (7 or 14 values), so what does not change along a column of the
-/// kernel (which output columns read inside the input) is worked out once per `kx`, and
-/// the rows are walked without divisions.
+/// zeros at the edges. The runs are short on small images (7 or 14 values), so what does
+/// not change along a column of the kernel (which output columns read inside the input)
+/// is worked out once per `kx`, and the rows are walked without divisions.
 fn im2col(
     shape: &Conv2d,
     input: &[f32],
