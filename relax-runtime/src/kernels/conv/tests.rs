@@ -114,6 +114,25 @@ fn convolutions_match_naive_loops() {
             padding: (0, 0, 1, 1),
             ..shape(4, 18, 4, 3, 2, 0, 1, 4)
         },
+        // Stride 2 on even planes, unfolded from phase planes: a 7x7 stem, a 3x3 layer,
+        // TensorFlow's "SAME" padding (bottom and right only), two groups.
+        Conv2d {
+            width: 20,
+            ..shape(3, 20, 8, 7, 2, 3, 1, 1)
+        },
+        Conv2d {
+            width: 12,
+            ..shape(16, 12, 16, 3, 2, 1, 1, 1)
+        },
+        Conv2d {
+            padding: (0, 0, 1, 1),
+            width: 18,
+            ..shape(4, 18, 6, 3, 2, 0, 1, 1)
+        },
+        Conv2d {
+            width: 10,
+            ..shape(8, 10, 8, 3, 2, 1, 1, 2)
+        },
         // Stride 1 with the output as wide as the input (unfolded as shifted planes), one
         // row taller (more padding on top), a 5x5 kernel over a plane only 4 rows high
         // (shifts past whole rows), and 3 filter panels.
