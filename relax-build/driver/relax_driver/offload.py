@@ -674,9 +674,11 @@ WINOGRAD_MIN_TILES = 36
 WINOGRAD_LAYOUTS = {4: ("winograd4", 36), 2: ("winograd", 16)}
 
 
-def winograd_tile(name, args, out_ty):
-    """The side of the output tiles of the Winograd variant that computes the kernel call
-    `name(args)` best (4 or 2), or None when im2col does."""
+def static_convolution(name, args, out_ty):
+    """For a convolution kernel call `name(args)` whose kernel and output sizes are
+    static: `(filters, channels, kernel_h, kernel_w, output height, output width)` and
+    its ints `(stride_h, stride_w, top, left, bottom, right, dilation_h, dilation_w,
+    groups)`; else None."""
     if name is None or name.removesuffix(RESIDUAL) not in CONV:
         return None
     w_dims, out_dims = dims(args[1]), dims_of_type(out_ty)
@@ -685,9 +687,18 @@ def winograd_tile(name, args, out_ty):
     static = static_ints(w_dims + out_dims[2:])
     if static is None:
         return None
-    filters, channels, kernel_h, kernel_w, height, width = static
     at = len(args) + epilogue_index(name)
-    stride_h, stride_w, _, _, _, _, dilation_h, dilation_w, groups = (int(a.value) for a in args[at - 9 : at])
+    return static, [int(a.value) for a in args[at - 9 : at]]
+
+
+def winograd_tile(name, args, out_ty):
+    """The side of the output tiles of the Winograd variant that computes the kernel call
+    `name(args)` best (4 or 2), or None when im2col does."""
+    convolution = static_convolution(name, args, out_ty)
+    if convolution is None:
+        return None
+    (filters, channels, kernel_h, kernel_w, height, width), ints = convolution
+    stride_h, stride_w, _, _, _, _, dilation_h, dilation_w, groups = ints
     if (kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, groups) != (3, 3, 1, 1, 1, 1, 1):
         return None
     smaller = min(filters, channels)
@@ -738,16 +749,11 @@ FILTER_PANELS_FILTERS = 128
 def takes_filter_panels(name, args, out_ty):
     """Whether the kernel call `name(args)` (a convolution with one group and static
     sizes) computes best with its kernel packed in filter panels."""
-    if name is None or name.removesuffix(RESIDUAL) not in CONV:
+    convolution = static_convolution(name, args, out_ty)
+    if convolution is None:
         return False
-    w_dims, out_dims = dims(args[1]), dims_of_type(out_ty)
-    if w_dims is None or out_dims is None or len(w_dims) != 4 or len(out_dims) != 4:
-        return False
-    static = static_ints(w_dims + out_dims[2:])
-    if static is None:
-        return False
-    filters, _, _, _, height, width = static
-    groups = int(args[len(args) + epilogue_index(name) - 1].value)
+    (filters, _, _, _, height, width), ints = convolution
+    groups = ints[-1]
     pixels = height * width
     return (
         groups == 1
