@@ -212,11 +212,12 @@ struct Phases;
 
 impl Phases {
     /// Whether `shape` (`output_width` wide) unfolds from phase planes: stride 2, a kernel
-    /// wider than 1x1 (a 1x1 kernel reads one phase: no copy of the others), an even
-    /// input, an output half as wide.
+    /// wider than 1x1 (a 1x1 kernel reads one phase: no copy of the others), an even,
+    /// non-empty input, an output half as wide.
     fn fit(shape: &Conv2d, output_width: usize) -> bool {
         shape.stride == (2, 2)
             && shape.kernel != (1, 1)
+            && shape.height > 0
             && shape.height.is_multiple_of(2)
             && shape.width.is_multiple_of(2)
             && output_width == shape.width / 2

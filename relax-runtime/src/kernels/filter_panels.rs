@@ -136,6 +136,13 @@ super::simd::multiversion! {
 /// As [`multiply_panel`], for this tile.
 unsafe fn portable_tile(operands: &Operands, tile: &Tile) {
     let depth = operands.depth;
+    let mut values = [[0.0; PANEL]; PIXELS_PER_TILE];
+    if depth == 0 {
+        // Sums of nothing (no input channels): x has no rows to read.
+        // SAFETY: the caller's contract.
+        unsafe { store_transposed(operands, tile, &values[..tile.count]) };
+        return;
+    }
     // SAFETY: the caller's contract: the panel's `depth x 64` values and `depth` rows of
     // x reaching the tile's last pixel.
     let (panel, x) = unsafe {
@@ -150,7 +157,6 @@ unsafe fn portable_tile(operands: &Operands, tile: &Tile) {
             ),
         )
     };
-    let mut values = [[0.0; PANEL]; PIXELS_PER_TILE];
     for first_pixel in (0..tile.count).step_by(PORTABLE_PIXELS) {
         let count = PORTABLE_PIXELS.min(tile.count - first_pixel);
         for first in (0..tile.filters).step_by(PORTABLE_FILTERS) {
@@ -253,7 +259,14 @@ mod tests {
             &[false][..]
         };
         for &avx512 in paths {
-            for (filters, pixels, depth) in [(130, 49, 37), (64, 7, 1), (1, 1, 5), (70, 13, 64)] {
+            // (Depth 0: a convolution of no input channels, all sums 0.)
+            for (filters, pixels, depth) in [
+                (130, 49, 37),
+                (64, 7, 1),
+                (1, 1, 5),
+                (70, 13, 64),
+                (5, 3, 0),
+            ] {
                 let (x_stride, out_stride) = (pixels + 5, pixels + 3);
                 let w = test_values(filters * depth, 1, 1.0);
                 let x = test_values(depth * x_stride, 2, 1.0);

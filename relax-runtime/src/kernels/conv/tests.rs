@@ -133,6 +133,13 @@ fn convolutions_match_naive_loops() {
             width: 10,
             ..shape(8, 10, 8, 3, 2, 1, 1, 2)
         },
+        // An empty input plane: its output is all padding.
+        Conv2d {
+            height: 0,
+            width: 4,
+            padding: (2, 1, 2, 1),
+            ..shape(2, 4, 3, 3, 2, 0, 1, 1)
+        },
         // Stride 1 with the output as wide as the input (unfolded as shifted planes), one
         // row taller (more padding on top), a 5x5 kernel over a plane only 4 rows high
         // (shifts past whole rows), and 3 filter panels.
