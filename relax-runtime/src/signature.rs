@@ -81,20 +81,22 @@ impl WeightLayout {
     /// The dims stored for a weight taken as `shape` (`columns`: N of a packed one), or
     /// None when the dims do not fit the layout.
     pub fn stored_shape(self, shape: &[Dim], columns: Option<i64>) -> Option<Vec<Dim>> {
-        let panels_of = |columns: i64| {
-            matches!(shape, [Dim::Static(panels), Dim::Static(_), Dim::Static(64)]
-                if columns > 0 && *panels == columns / 64 + i64::from(columns % 64 != 0))
+        // Whether `panels` panels of 64 hold exactly `columns` columns.
+        let holds = |panels: i64, columns: i64| {
+            columns > 0 && panels == columns / 64 + i64::from(columns % 64 != 0)
         };
         match (self, shape, columns) {
             (WeightLayout::Stored, _, _) => Some(shape.to_vec()),
-            (WeightLayout::Panels, [_, depth, _], Some(columns)) if panels_of(columns) => {
-                Some(vec![depth.clone(), Dim::Static(columns)])
-            }
-            (WeightLayout::TransposedPanels, [_, depth, _], Some(columns))
-                if panels_of(columns) =>
-            {
-                Some(vec![Dim::Static(columns), depth.clone()])
-            }
+            (
+                WeightLayout::Panels,
+                [Dim::Static(panels), depth @ Dim::Static(_), Dim::Static(64)],
+                Some(columns),
+            ) if holds(*panels, columns) => Some(vec![depth.clone(), Dim::Static(columns)]),
+            (
+                WeightLayout::TransposedPanels,
+                [Dim::Static(panels), depth @ Dim::Static(_), Dim::Static(64)],
+                Some(columns),
+            ) if holds(*panels, columns) => Some(vec![Dim::Static(columns), depth.clone()]),
             (WeightLayout::Winograd, [Dim::Static(16), channels, filters], _)
             | (WeightLayout::Winograd4, [Dim::Static(36), channels, filters], _) => Some(vec![
                 filters.clone(),
@@ -106,14 +108,12 @@ impl WeightLayout {
                 WeightLayout::FilterPanels,
                 [Dim::Static(panels), channels, kernel_h, kernel_w, Dim::Static(64)],
                 Some(columns),
-            ) if columns > 0 && *panels == columns / 64 + i64::from(columns % 64 != 0) => {
-                Some(vec![
-                    Dim::Static(columns),
-                    channels.clone(),
-                    kernel_h.clone(),
-                    kernel_w.clone(),
-                ])
-            }
+            ) if holds(*panels, columns) => Some(vec![
+                Dim::Static(columns),
+                channels.clone(),
+                kernel_h.clone(),
+                kernel_w.clone(),
+            ]),
             _ => None,
         }
     }

@@ -75,12 +75,11 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
         }
         let tensor = match expected.layout {
             WeightLayout::Stored => Tensor::from_bytes(dtype, view.shape(), view.data())?,
-            WeightLayout::Panels | WeightLayout::TransposedPanels => {
+            WeightLayout::Panels | WeightLayout::TransposedPanels | WeightLayout::FilterPanels => {
                 panels(view.shape(), view.data(), expected.layout)?
             }
             WeightLayout::Winograd => winograd(view.shape(), view.data(), WinogradTile::Two)?,
             WeightLayout::Winograd4 => winograd(view.shape(), view.data(), WinogradTile::Four)?,
-            WeightLayout::FilterPanels => filter_panels(view.shape(), view.data())?,
         };
         tensors.insert((&expected.name, expected.layout), tensor);
     }
@@ -113,32 +112,27 @@ fn floats(data: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-/// A float32 matrix stored `[K, N]` (`Panels`) or `[N, K]` (`TransposedPanels`) packed
-/// in the dense kernel's panels, `[ceil(N / 64), K, 64]`.
+/// A float32 weight packed in the kernels' panels, `[ceil(N / 64), K.., 64]`: a matrix
+/// stored `[K, N]` (`Panels`) or `[N, K]` (`TransposedPanels`), for the dense kernel; or a
+/// convolution kernel stored `[out, in, kh, kw]` (`FilterPanels`: N = out, and K's dims
+/// `in, kh, kw` kept), for `kernels::filter_panels`.
 fn panels(shape: &[usize], data: &[u8], layout: WeightLayout) -> Result<Tensor> {
     let values = floats(data);
-    let (depth, columns) = match layout {
-        WeightLayout::TransposedPanels => (shape[1], shape[0]),
-        _ => (shape[0], shape[1]),
+    // N, and the dims of K as the packed weight keeps them.
+    let (columns, depth_dims) = match layout {
+        WeightLayout::Panels => (shape[1], &shape[..1]),
+        _ => (shape[0], &shape[1..]),
     };
+    let depth = depth_dims.iter().product::<usize>();
     let packed = crate::kernels::pack_panels(depth, columns, |k, n| match layout {
-        WeightLayout::TransposedPanels => values[n * depth + k],
-        _ => values[k * columns + n],
+        WeightLayout::Panels => values[k * columns + n],
+        _ => values[n * depth + k],
     });
-    Tensor::from_slice(&packed, &[columns.div_ceil(PANEL), depth, PANEL])
-}
-
-/// A float32 convolution kernel stored `[out, in, kh, kw]` packed in filter panels,
-/// `[ceil(out / 64), in, kh, kw, 64]` (see `kernels::filter_panels`).
-fn filter_panels(shape: &[usize], data: &[u8]) -> Result<Tensor> {
-    let values = floats(data);
-    let filters = shape[0];
-    let depth = shape[1..].iter().product::<usize>();
-    let packed = crate::kernels::pack_panels(depth, filters, |k, n| values[n * depth + k]);
-    Tensor::from_slice(
-        &packed,
-        &[filters.div_ceil(PANEL), shape[1], shape[2], shape[3], PANEL],
-    )
+    let dims: Vec<usize> = std::iter::once(columns.div_ceil(PANEL))
+        .chain(depth_dims.iter().copied())
+        .chain([PANEL])
+        .collect();
+    Tensor::from_slice(&packed, &dims)
 }
 
 fn dtype_of(dtype: StDtype) -> Option<DType> {

@@ -161,19 +161,18 @@ fn im2col(
         }
         let plane = &input[channel * plane_size..(channel + 1) * plane_size];
         for ky in 0..kernel_h {
+            let y0 = (ky * dilation_y) as isize - pad_top;
             for kx in 0..kernel_w {
                 let row = (channel * kernel_h + ky) * kernel_w + kx;
                 let out = &mut column[row * width..(row + 1) * width];
                 let x0 = (kx * dilation_x) as isize - pad_left;
                 if let Some(phases) = phases {
-                    let y0 = (ky * dilation_y) as isize - pad_top;
                     let phase = Phases::plane(phases, shape, channel, (y0, x0));
                     let shift = (y0.div_euclid(2), x0.div_euclid(2));
                     unfold_shifted(phase, shape.width / 2, shift, pixels.clone(), out);
                     continue;
                 }
                 if shifted_plane {
-                    let y0 = (ky * dilation_y) as isize - pad_top;
                     unfold_shifted(plane, shape.width, (y0, x0), pixels.clone(), out);
                     continue;
                 }
@@ -501,25 +500,13 @@ pub(crate) unsafe fn conv2d_into(
                 let weights = Shared(w.at(group * filters * depth));
                 let first_output = (image * shape.filters + group * filters) * pixels;
                 let output = Shared(out.at(first_output));
-                // The per-filter step and epilogue of one output block, while it is in cache.
-                let finish = |rows: Range<usize>, columns: Range<usize>| {
-                    for filter in rows {
-                        // SAFETY: this task's columns of filter `filter`'s output row.
-                        let values = unsafe {
-                            std::slice::from_raw_parts_mut(
-                                output.at(filter * pixels + columns.start),
-                                columns.len(),
-                            )
-                        };
-                        let offset = first_output + filter * pixels + columns.start;
-                        // SAFETY: the residual's block matching this output block; no task
-                        // writes the residual.
-                        let residual = residual.map(|residual| unsafe {
-                            std::slice::from_raw_parts(residual.at(offset), columns.len())
-                        });
-                        finish_of(per_filter, group * filters + filter, residual, epilogue)
-                            .apply(values);
-                    }
+                let planes = OutputPlanes {
+                    out: output,
+                    residual: residual.map(|residual| Shared(residual.at(first_output))),
+                    pixels,
+                    per_filter,
+                    first_filter: group * filters,
+                    epilogue,
                 };
                 // The same for strips: all in registers, but a GELU or SiLU.
                 let in_registers = InRegisters {
@@ -581,25 +568,23 @@ pub(crate) unsafe fn conv2d_into(
                                 1.0,
                             )
                         };
-                        finish(rows, columns);
+                        // SAFETY: the block (rows, columns) is this task's alone.
+                        unsafe { planes.finish(rows, columns) };
                         return;
                     }
                     // SAFETY: the group's input planes, read only.
                     let source = unsafe {
                         std::slice::from_raw_parts(input.get().cast_const(), channels * plane)
                     };
+                    // SAFETY: the phase planes the executor call above wrote, read only.
+                    let phases = phases.map(|phases| unsafe {
+                        std::slice::from_raw_parts(phases.get().cast_const(), channels * plane)
+                    });
                     let block = pixel_block(depth).min(columns.len());
                     reuse(&UNFOLDED, |unfolded| {
                         for start in columns.clone().step_by(block) {
                             let block_columns = start..(start + block).min(columns.end);
                             let unfolded = prefix(unfolded, depth * block_columns.len());
-                            // SAFETY: the phase planes the executor call above wrote, read only.
-                            let phases = phases.map(|phases| unsafe {
-                                std::slice::from_raw_parts(
-                                    phases.get().cast_const(),
-                                    channels * plane,
-                                )
-                            });
                             im2col(
                                 shape,
                                 source,
@@ -653,7 +638,8 @@ pub(crate) unsafe fn conv2d_into(
                                     1.0,
                                 )
                             };
-                            finish(rows.clone(), block_columns);
+                            // SAFETY: the block (rows, block_columns) is this task's alone.
+                            unsafe { planes.finish(rows.clone(), block_columns) };
                         }
                     })
                 })?;
@@ -853,6 +839,14 @@ pub(crate) unsafe fn filter_panels_conv(
                 }
             };
             let first_output = image * shape.filters * pixels;
+            let planes = OutputPlanes {
+                out: Shared(out.at(first_output)),
+                residual: residual.map(|residual| Shared(residual.at(first_output))),
+                pixels,
+                per_filter,
+                first_filter: 0,
+                epilogue,
+            };
             executor(inline, &|task, tasks| {
                 let operands = filter_panels::Operands {
                     depth,
@@ -880,25 +874,57 @@ pub(crate) unsafe fn filter_panels_conv(
                     unsafe {
                         multiply_panel(&operands, panel, filters.len(), columns.clone(), avx512)
                     };
-                    for filter in filters {
-                        let offset = first_output + filter * pixels + columns.start;
-                        // SAFETY: filter `filter`'s output run of `columns`, this task's
-                        // alone; the residual's, which no task writes.
-                        let (values, residual) = unsafe {
-                            (
-                                std::slice::from_raw_parts_mut(out.at(offset), columns.len()),
-                                residual.map(|residual| {
-                                    std::slice::from_raw_parts(residual.at(offset), columns.len())
-                                }),
-                            )
-                        };
-                        finish_of(per_filter, filter, residual, epilogue).apply(values);
-                    }
+                    // SAFETY: the block (the panel's filters, `columns`) is this task's alone.
+                    unsafe { planes.finish(filters, columns) };
                 }
             })?;
         }
         Ok(())
     })
+}
+
+/// The output planes of one image's group (`pixels` values each, from `out`; the
+/// residual's likewise from `residual`), and what finishes them: the per-filter step of
+/// their filters (from filter `first_filter` of `per_filter`) and the epilogue.
+#[derive(Clone, Copy)]
+struct OutputPlanes<'a> {
+    out: Shared,
+    residual: Option<Shared>,
+    pixels: usize,
+    per_filter: Option<PerFilter<'a>>,
+    first_filter: usize,
+    epilogue: Epilogue,
+}
+
+impl OutputPlanes<'_> {
+    /// The per-filter step, the residual and the activation of the block `filters` (of
+    /// the planes) x `columns`, while it is in cache.
+    ///
+    /// # Safety
+    /// The block lies in the planes and no other thread writes it meanwhile; no thread
+    /// writes the residual.
+    unsafe fn finish(&self, filters: Range<usize>, columns: Range<usize>) {
+        for filter in filters {
+            let offset = filter * self.pixels + columns.start;
+            // SAFETY: filter `filter`'s run of `columns` in the block, and the residual's
+            // (the function's contract).
+            let (values, residual) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(self.out.at(offset), columns.len()),
+                    self.residual.map(|residual| {
+                        std::slice::from_raw_parts(residual.at(offset), columns.len())
+                    }),
+                )
+            };
+            finish_of(
+                self.per_filter,
+                self.first_filter + filter,
+                residual,
+                self.epilogue,
+            )
+            .apply(values);
+        }
+    }
 }
 
 /// The per-filter step, the residual (`residual`: the run's) and the activation of one

@@ -159,9 +159,9 @@ unsafe fn portable_tile(operands: &Operands, tile: &Tile) {
     };
     for first_pixel in (0..tile.count).step_by(PORTABLE_PIXELS) {
         let count = PORTABLE_PIXELS.min(tile.count - first_pixel);
+        let x = &x[first_pixel..];
         for first in (0..tile.filters).step_by(PORTABLE_FILTERS) {
             let mut sums = [[0.0; PORTABLE_FILTERS]; PORTABLE_PIXELS];
-            let x = &x[first_pixel..];
             portable_sums(x, operands.x_stride, depth, count, panel, first, &mut sums);
             for (values, sums) in values[first_pixel..].iter_mut().zip(&sums[..count]) {
                 values[first..first + PORTABLE_FILTERS].copy_from_slice(sums);
