@@ -73,9 +73,11 @@ def run(request):
     layouts = {}
     if request.get("offload") and request["pipeline"] != "default":
         # Matmuls and convolutions to relax-runtime's kernels; what they run is not
-        # TVM's to compile (or tune).
-        from relax_driver import offload
+        # TVM's to compile (or tune). A CNN's convolutions first go on channel-blocked
+        # tensors where that pays (see blocked_layout.py).
+        from relax_driver import blocked_layout, offload
 
+        ir_module, _ = blocked_layout.convert(ir_module, request["target"])
         ir_module, layouts = offload.rewrite(ir_module, None)
     functions = signature.signature_of(ir_module, weight_names, layouts)
     output_dir = request["output_dir"]

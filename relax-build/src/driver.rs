@@ -25,6 +25,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/__init__.py"),
     ),
     (
+        "relax_driver/blocked_layout.py",
+        include_str!("../driver/relax_driver/blocked_layout.py"),
+    ),
+    (
         "relax_driver/build.py",
         include_str!("../driver/relax_driver/build.py"),
     ),

@@ -33,6 +33,11 @@ times fewer), computed by relax-runtime when it loads the weights. And a weight 
 as the kernel of convolutions onto small planes (one group, see `takes_filter_panels`) is
 taken packed in filter panels, `[ceil(out / 64), in, kh, kw, 64]` (`"layout":
 "filter_panels"`, with its `"columns"`: the filters).
+
+A convolution on channel-blocked tensors (`[N, C/16, H, W, 16]`, which blocked_layout.py
+gives CNNs before this rewrite) takes its kernel in filter panels too: a weight packed at
+load, a constant packed here; its bias comes through ConvertLayout's transform of the
+`[1, O, 1, 1]` bias.
 """
 
 import math
@@ -256,14 +261,17 @@ class Block:
     def conv2d(self, call):
         x, w = call.args
         attrs = call.attrs
-        if (
-            attrs.data_layout != "NCHW"
-            or attrs.kernel_layout != "OIHW"
-            or attrs.out_layout not in ("NCHW", "")
-            or not is_float32(x, w, call)
-            or rank(x) != 4
-            or rank(w) != 4
-        ):
+        blocked = attrs.data_layout == "NCHW16c"
+        if blocked:
+            # On blocked tensors (see blocked_layout.py): the kernel is ConvertLayout's
+            # layout_transform of an OIHW weight, which relax-runtime takes in filter
+            # panels instead (packed at load, or here for a constant).
+            w = self.blocked_kernel(w, attrs)
+            if w is None or rank(x) != 5 or attrs.out_layout not in ("NCHW16c", "") or int(attrs.groups) != 1:
+                return None
+        elif attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or attrs.out_layout not in ("NCHW", ""):
+            return None
+        if not is_float32(x, w, call) or rank(x) != (5 if blocked else 4) or rank(w) not in (4, 5):
             return None
         padding = [int(p) for p in attrs.padding]
         if len(padding) == 2:
@@ -271,6 +279,21 @@ class Block:
         settings = [int(s) for s in attrs.strides] + padding + [int(d) for d in attrs.dilation] + [int(attrs.groups)]
         return packed("relax_runtime.conv2d", [x, w] + [int_value(v) for v in settings] + [int_value(0)], call.ty)
 
+    def blocked_kernel(self, w, attrs):
+        """The OIHW weight whose `layout_transform` to OIHW16i16o `w` is (a constant packed
+        in filter panels now), or None."""
+        if attrs.kernel_layout != "OIHW16i16o":
+            return None
+        transform = self.value_of(w)
+        if op_name(transform) != "relax.layout_transform":
+            return None
+        weight = transform.args[0]
+        weight_dims = static_ints(dims(weight))
+        if weight_dims is None or len(weight_dims) != 4 or not is_float32(weight):
+            return None
+        if isinstance(weight, tvm.ir.Constant):
+            return relax.const(filter_panels_of(weight.value.numpy()))
+        return weight
     def softmax(self, call):
         """Softmax along the last axis, with the additive mask before it folded in."""
         x = call.args[0]
@@ -459,10 +482,16 @@ class Block:
         )
 
     def conv_bias(self, bias, conv_dims):
-        """A conv bias as a 1-D tensor of the filters (`[O]`, or `[1, O, 1, 1]` reshaped)."""
+        """A conv bias as a 1-D tensor of the filters (`[O]`, or `[1, O, 1, 1]` reshaped,
+        also through ConvertLayout's transform to `[1, O / 16, 1, 1, 16]`)."""
         bias_dims = dims(bias)
         if bias_dims is None or conv_dims is None or not is_float32(bias):
             return None
+        if len(conv_dims) == 5:
+            transform = self.value_of(bias)
+            if op_name(transform) != "relax.layout_transform" or len(bias_dims) != 5:
+                return None
+            return self.conv_bias(transform.args[0], conv_dims[:1] + [conv_dims[1] * conv_dims[4]] + conv_dims[2:4])
         filters = conv_dims[1]
         if len(bias_dims) == 1 and provably_equal(bias_dims[0], filters):
             return bias
@@ -746,9 +775,31 @@ FILTER_PANELS_MIN_PIXELS = 16
 FILTER_PANELS_FILTERS = 128
 
 
+def filter_panels_of(weight):
+    """An OIHW kernel (numpy) packed in filter panels, `[ceil(O / 64), I, kh, kw, 64]`
+    (zero-padded filters), as relax-runtime packs a weight at load."""
+    import numpy as np
+
+    filters = weight.shape[0]
+    panels = (filters + PANEL - 1) // PANEL
+    padded = np.zeros((panels * PANEL,) + weight.shape[1:], dtype=weight.dtype)
+    padded[:filters] = weight
+    return np.ascontiguousarray(padded.reshape((panels, PANEL) + weight.shape[1:]).transpose(0, 2, 3, 4, 1))
+
+
+def blocked_convolution(name, args, out_ty):
+    """Whether the kernel call `name(args)` is a convolution onto a blocked output (see
+    blocked_layout.py), whose kernel relax-runtime takes in filter panels."""
+    out_dims = dims_of_type(out_ty)
+    return name is not None and name.removesuffix(RESIDUAL) in CONV and out_dims is not None and len(out_dims) == 5
+
+
 def takes_filter_panels(name, args, out_ty):
     """Whether the kernel call `name(args)` (a convolution with one group and static
-    sizes) computes best with its kernel packed in filter panels."""
+    sizes) computes best with its kernel packed in filter panels: a blocked convolution
+    always does."""
+    if blocked_convolution(name, args, out_ty):
+        return True
     convolution = static_convolution(name, args, out_ty)
     if convolution is None:
         return False

@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
+use super::blocked::{blocked_conv, BLOCK};
 use super::caches::level2_bytes;
 use super::depthwise::{depthwise_plane, Plane};
 use super::edges::{copy_short, fill_zero, inside_columns};
@@ -402,19 +403,22 @@ pub(crate) struct Operands<'a> {
 
 /// How a convolution is computed: by [`conv2d_into`] (the kernel as given), by
 /// [`depthwise_conv`] (one input channel per group), by [`winograd_conv`] (the kernel
-/// in that variant's Winograd form), or by [`filter_panels_conv`] (the kernel packed in
-/// filter panels).
+/// in that variant's Winograd form), by [`filter_panels_conv`] (the kernel packed in
+/// filter panels), or by [`blocked_conv`] (a channel-blocked output, from a blocked or
+/// an NCHW input, the kernel in filter panels; with AVX-512 tiles when `avx512`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Algorithm {
     Unfolded,
     Depthwise,
     Winograd(Tile),
     FilterPanels,
+    Blocked { input_blocked: bool, avx512: bool },
 }
 
 impl Algorithm {
     /// # Safety
-    /// As [`conv2d_into`], [`depthwise_conv`] or [`winograd_conv`] (this algorithm's).
+    /// As [`conv2d_into`], [`depthwise_conv`], [`winograd_conv`], [`filter_panels_conv`]
+    /// or [`blocked_conv`] (this algorithm's).
     unsafe fn convolve(
         self,
         shape: &Conv2d,
@@ -428,6 +432,10 @@ impl Algorithm {
                 Algorithm::Depthwise => depthwise_conv(shape, operands, executor),
                 Algorithm::Winograd(tile) => winograd_conv(tile, shape, operands, executor),
                 Algorithm::FilterPanels => filter_panels_conv(shape, operands, executor),
+                Algorithm::Blocked {
+                    input_blocked,
+                    avx512,
+                } => blocked_conv(shape, input_blocked, avx512, operands, executor),
             }
         }
     }
@@ -963,8 +971,31 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     let first = 2 + tensors + usize::from(after == After::BatchNorm);
     args.expect_count(first + 11 + usize::from(has_residual))?;
     let name = args.name;
-    let x = args.tensor(0, Some(4))?;
+    let x = args.tensor(0, None)?;
     let w = args.tensor(1, None)?;
+    // `x` and `out` `[N, C / 16, H, W, 16]`: channel-blocked (see `blocked`); `x` may
+    // also be NCHW then (a network's first convolution).
+    let out = args.tensor(first + 10 + usize::from(has_residual), None)?;
+    let blocked = out.shape.len() == 5;
+    let input_blocked = x.shape.len() == 5;
+    if !matches!(x.shape.len(), 4 | 5)
+        || !matches!(out.shape.len(), 4 | 5)
+        || (input_blocked && !blocked)
+    {
+        return Err(format!(
+            "{name}: x has rank {} and out rank {}: expected 4 and 4 (NCHW), 5 and 5 (blocked) or 4 and 5",
+            x.shape.len(),
+            out.shape.len()
+        ));
+    }
+    let whole_blocks =
+        |view: &super::tensor::View<'_>| view.shape.len() != 5 || view.shape[4] == BLOCK as i64;
+    if !whole_blocks(&x) || !whole_blocks(&out) || (blocked && w.shape.len() != 5) {
+        return Err(format!(
+            "{name}: a blocked convolution takes blocks of {BLOCK} channels and its kernel in filter panels: x {:?}, w {:?}, out {:?}",
+            x.shape, w.shape, out.shape
+        ));
+    }
     // `[16 or 36, in, out]`: a 3x3 kernel in Winograd form (see `winograd`);
     // `[ceil(out / 64), in, kh, kw, 64]`: packed in filter panels; else OIHW.
     let winograd = w.shape.len() == 3;
@@ -975,7 +1006,12 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
             w.shape.len()
         ));
     }
-    let algorithm = if packed {
+    let algorithm = if blocked {
+        Algorithm::Blocked {
+            input_blocked,
+            avx512: avx512_available(),
+        }
+    } else if packed {
         Algorithm::FilterPanels
     } else if winograd {
         let values = w.shape[0] as usize;
@@ -1004,21 +1040,20 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     };
     let epilogue = Epilogue::from_code(epilogue as i64)?;
     let residual = if has_residual {
-        Some(args.tensor(first + 10, Some(4))?)
+        Some(args.tensor(first + 10, None)?)
     } else {
         None
     };
-    let out = args.tensor(first + 10 + usize::from(has_residual), Some(4))?;
     let dim = |view: &super::tensor::View<'_>, index: usize| view.shape[index] as usize;
     let shape = Conv2d {
         batch: dim(&x, 0),
-        channels: dim(&x, 1),
+        channels: dim(&x, 1) * if input_blocked { BLOCK } else { 1 },
         height: dim(&x, 2),
         width: dim(&x, 3),
         filters: if winograd {
             dim(&w, 2)
         } else if packed {
-            dim(&out, 1)
+            dim(&out, 1) * if blocked { BLOCK } else { 1 }
         } else {
             dim(&w, 0)
         },
@@ -1040,15 +1075,16 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         && (!packed
             || (groups == 1 && dim(&w, 0) == shape.filters.div_ceil(PANEL) && dim(&w, 4) == PANEL))
         && vectors.iter().all(|vector| vector.len() == shape.filters)
+        && (!blocked || groups == 1)
         && residual.is_none_or(|residual| residual.shape == out.shape)
         && shape.output().is_some_and(|(height, width)| {
-            out.shape
-                == [
-                    shape.batch as i64,
-                    shape.filters as i64,
-                    height as i64,
-                    width as i64,
-                ]
+            let (batch, filters) = (shape.batch as i64, shape.filters as i64);
+            let (height, width) = (height as i64, width as i64);
+            if blocked {
+                out.shape == [batch, filters / BLOCK as i64, height, width, BLOCK as i64]
+            } else {
+                out.shape == [batch, filters, height, width]
+            }
         });
     if !fits {
         return Err(format!(
@@ -1096,7 +1132,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     let residual = residual.map(|residual| residual.data.cast_const());
     // SAFETY: every shape was checked against the others above (for Winograd: a 3x3
     // kernel, stride 1, no dilation, one group; for filter panels: one group, the panels
-    // of the output's filters).
+    // of the output's filters; blocked: whole blocks of channels in `x` and `out`).
     unsafe {
         algorithm.convolve(
             &shape,

@@ -6,8 +6,9 @@
 //! registered under those names (`TVMFFIFunctionCreate` + `TVMFFIFunctionSetGlobal`)
 //! when the TVM runtime is loaded, before any model. They compute with the `gemm` crate
 //! (AVX-512, AVX2 or NEON, chosen at run time) or their own tiles: for weights
-//! relax-runtime converted at load (`panels`, `winograd`, `filter_panels`), and, on
-//! AVX-512 CPUs, for convolutions' products (`strips`); split over TVM's thread pool.
+//! relax-runtime converted at load (`panels`, `winograd`, `filter_panels`), for
+//! convolutions on channel-blocked tensors (`blocked`), and, on AVX-512 CPUs, for
+//! convolutions' products (`strips`); split over TVM's thread pool.
 //!
 //! | name | arguments (outputs last) |
 //! |---|---|
@@ -18,6 +19,7 @@
 //! | `relax_runtime.conv2d` | `x[N, C, H, W], w[O, C/g, KH, KW], strides(2), padding(4), dilation(2), groups, epilogue, out` |
 //! | | `w` may be `[16, C, O]` or `[36, C, O]` instead: a 3x3 kernel in Winograd F(2x2, 3x3) or F(4x4, 3x3) form (stride 1, no dilation, one group; relax-runtime transforms such weights when it loads them) |
 //! | | or `[ceil(O / 64), C, KH, KW, 64]`: packed in filter panels at load (one group; see `filter_panels`) |
+//! | | `x` `[N, C / 16, H, W, 16]` (or NCHW) and `out` `[N, O / 16, OH, OW, 16]`: channel-blocked, the kernel in filter panels (one group; see `blocked`) |
 //! | `relax_runtime.conv2d_bias` | as `conv2d`, with `bias[O]` after `w` |
 //! | `relax_runtime.conv2d_bn` | as `conv2d`, with `gamma[O], beta[O], mean[O], variance[O], epsilon` after `w` |
 //! | `relax_runtime.<dense or conv2d kernel>_add` | as the kernel, with `residual` (the output's shape) before `out`, added before the activation |
@@ -30,6 +32,7 @@
 //! `[K, N]`; `epilogue` is [`Epilogue`]'s code. Every argument is checked (dtype,
 //! shapes, contiguity) before any memory is touched: a mismatch is a TVM error, not UB.
 
+mod blocked;
 mod caches;
 mod conv;
 mod depthwise;

@@ -249,6 +249,120 @@ fn convolutions_match_naive_loops() {
     }
 }
 
+/// `[N, C, H, W]` as `[N, ceil(C / 16), H, W, 16]`, zero-padded channels.
+fn to_blocked(values: &[f32], batch: usize, channels: usize, plane: usize) -> Vec<f32> {
+    let blocks = channels.div_ceil(BLOCK);
+    let mut out = vec![0f32; batch * blocks * plane * BLOCK];
+    for (index, value) in values.iter().enumerate() {
+        let (n, c, p) = (
+            index / (channels * plane),
+            index / plane % channels,
+            index % plane,
+        );
+        out[((n * blocks + c / BLOCK) * plane + p) * BLOCK + c % BLOCK] = *value;
+    }
+    out
+}
+
+#[test]
+fn blocked_convolutions_match_naive_loops() {
+    let cases = [
+        shape(16, 12, 16, 3, 1, 1, 1, 1), // 3x3 same padding, one block
+        shape(16, 12, 32, 1, 1, 0, 1, 1), // pointwise, read in place
+        shape(32, 14, 64, 1, 2, 0, 1, 1), // strided 1x1, read in place
+        shape(32, 9, 80, 3, 2, 1, 1, 1),  // stride 2, a panel and a partial one (80)
+        shape(48, 7, 144, 1, 1, 0, 1, 1), // 3 panels, the last of 16 filters
+        shape(16, 11, 48, 3, 1, 2, 2, 1), // dilated, padding 2
+        shape(80, 8, 32, 3, 1, 1, 1, 1),  // 5 blocks of channels: a tile resumes
+        shape(16, 5, 16, 5, 3, 4, 1, 1),  // stride 3, padding wider than a stride
+        Conv2d {
+            padding: (0, 0, 1, 1), // TensorFlow's "SAME" (bottom and right only)
+            ..shape(16, 10, 32, 3, 2, 0, 1, 1)
+        },
+    ];
+    // From an NCHW input: a stem over 3 channels, 5 channels with padding.
+    let from_nchw = [
+        shape(3, 20, 16, 7, 2, 3, 1, 1),
+        shape(5, 9, 32, 3, 1, 1, 1, 1),
+    ];
+    let all = cases
+        .iter()
+        .map(|case| (case, true))
+        .chain(from_nchw.iter().map(|case| (case, false)));
+    for (case, input_blocked) in all {
+        let (oh, ow) = case.output().unwrap();
+        let (plane, pixels) = (case.height * case.width, oh * ow);
+        let x = values(case.batch * case.channels * plane, 1);
+        let w = values(
+            case.filters * case.channels * case.kernel.0 * case.kernel.1,
+            2,
+        );
+        let bias = values(case.filters, 3);
+        let scale = values(case.filters, 4);
+        let residual = values(case.batch * case.filters * pixels, 5);
+        let depth = case.channels * case.kernel.0 * case.kernel.1;
+        let panels = crate::kernels::pack_panels(depth, case.filters, |k, f| w[f * depth + k]);
+        let input = if input_blocked {
+            to_blocked(&x, case.batch, case.channels, plane)
+        } else {
+            x.clone()
+        };
+        let blocked_residual = to_blocked(&residual, case.batch, case.filters, pixels);
+        for (with_scale, with_residual, epilogue) in [
+            (false, false, Epilogue::None),
+            (true, true, Epilogue::Relu),
+            (false, true, Epilogue::Relu6),
+            (true, false, Epilogue::Silu),
+        ] {
+            let mut expected = naive(case, &x, &w, None);
+            for (index, value) in expected.iter_mut().enumerate() {
+                let filter = (index / pixels) % case.filters;
+                if with_scale {
+                    *value *= scale[filter];
+                }
+                *value += bias[filter];
+                if with_residual {
+                    *value += residual[index];
+                }
+            }
+            epilogue.apply(&mut expected);
+            let expected = to_blocked(&expected, case.batch, case.filters, pixels);
+            for avx512 in [false, crate::kernels::simd::avx512_available()] {
+                let mut out = vec![f32::NAN; expected.len()];
+                let algorithm = Algorithm::Blocked {
+                    input_blocked,
+                    avx512,
+                };
+                // SAFETY: the buffers have the sizes `case` describes.
+                unsafe {
+                    algorithm
+                        .convolve(
+                            case,
+                            Operands {
+                                x: input.as_ptr(),
+                                w: panels.as_ptr(),
+                                per_filter: Some(PerFilter {
+                                    scale: with_scale.then_some(scale.as_slice()),
+                                    shift: &bias,
+                                }),
+                                residual: with_residual.then_some(blocked_residual.as_ptr()),
+                                epilogue,
+                                out: Shared(out.as_mut_ptr()),
+                            },
+                            three_threads,
+                        )
+                        .unwrap()
+                };
+                assert_close(
+                    &out,
+                    &expected,
+                    &format!("{algorithm:?} {case:?} {epilogue:?}"),
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn copied_rows_match_a_per_pixel_copy() {
     // Rows of 7 (runs shorter than a chunk) and of 40 (runs of up to 19: chunks of 8,
@@ -349,6 +463,126 @@ fn call_conv2d(w: &mut [f32], w_shape: &mut [i64], stride: i64) -> Result<Vec<f3
     args.push(tensor_argument(&tensors[2]));
     conv2d(&Arguments::new("relax_runtime.conv2d", &args))?;
     Ok(out)
+}
+
+/// `relax_runtime.conv2d` (padding 1, stride 1, `groups`) of `x` into a tensor of
+/// `out_shape`, the shapes as given.
+fn call_conv2d_shaped(
+    (x, x_shape): (&mut [f32], &mut [i64]),
+    (w, w_shape): (&mut [f32], &mut [i64]),
+    out_shape: &mut [i64],
+    groups: i64,
+) -> Result<Vec<f32>, String> {
+    let mut out = vec![f32::NAN; out_shape.iter().product::<i64>() as usize];
+    let tensors = [
+        dl_tensor(x, x_shape),
+        dl_tensor(w, w_shape),
+        dl_tensor(&mut out, out_shape),
+    ];
+    let mut args = vec![tensor_argument(&tensors[0]), tensor_argument(&tensors[1])];
+    args.extend([1, 1, 1, 1, 1, 1, 1, 1, groups, 0].map(int_argument));
+    args.push(tensor_argument(&tensors[2]));
+    conv2d(&Arguments::new("relax_runtime.conv2d", &args))?;
+    Ok(out)
+}
+
+#[test]
+fn the_kernel_takes_blocked_tensors_and_refuses_what_does_not_fit() {
+    // 16 filters over a 2-channel 6x6 input: NCHW in, blocked out (a network's first
+    // convolution), against the NCHW kernel; then the blocked input of 16 channels.
+    let w = values(16 * 2 * 9, 2);
+    let mut x = values(72, 1);
+    let direct = call_conv2d_shaped(
+        (&mut x.clone(), &mut [1, 2, 6, 6]),
+        (&mut w.clone(), &mut [16, 2, 3, 3]),
+        &mut [1, 16, 6, 6],
+        1,
+    )
+    .unwrap();
+    let mut panels = crate::kernels::pack_panels(18, 16, |k, f| w[f * 18 + k]);
+    let out = call_conv2d_shaped(
+        (&mut x, &mut [1, 2, 6, 6]),
+        (&mut panels, &mut [1, 2, 3, 3, 64]),
+        &mut [1, 1, 6, 6, 16],
+        1,
+    )
+    .unwrap();
+    assert_close(&out, &to_blocked(&direct, 1, 16, 36), "NCHW to blocked");
+    let mut blocked_x = to_blocked(&values(16 * 36, 3), 1, 16, 36);
+    let mut panels16 = vec![0.5; 16 * 9 * 64];
+    call_conv2d_shaped(
+        (&mut blocked_x, &mut [1, 1, 6, 6, 16]),
+        (&mut panels16, &mut [1, 16, 3, 3, 64]),
+        &mut [1, 1, 6, 6, 16],
+        1,
+    )
+    .unwrap();
+    let refused = |x_shape: &mut [i64], w_shape: &mut [i64], out_shape: &mut [i64], groups| {
+        let mut x = vec![0.0; x_shape.iter().product::<i64>() as usize];
+        let mut w = vec![0.0; w_shape.iter().product::<i64>() as usize];
+        call_conv2d_shaped((&mut x, x_shape), (&mut w, w_shape), out_shape, groups).unwrap_err()
+    };
+    for (error, expected) in [
+        // A blocked input into an NCHW output.
+        (
+            refused(
+                &mut [1, 1, 6, 6, 16],
+                &mut [1, 16, 3, 3, 64],
+                &mut [1, 16, 6, 6],
+                1,
+            ),
+            "expected 4 and 4",
+        ),
+        // Blocks of 8 channels; an OIHW kernel for a blocked output.
+        (
+            refused(
+                &mut [1, 2, 6, 6, 8],
+                &mut [1, 16, 3, 3, 64],
+                &mut [1, 1, 6, 6, 16],
+                1,
+            ),
+            "blocks of 16 channels",
+        ),
+        (
+            refused(
+                &mut [1, 2, 6, 6],
+                &mut [16, 2, 3, 3],
+                &mut [1, 1, 6, 6, 16],
+                1,
+            ),
+            "kernel in filter panels",
+        ),
+        // Two groups; panels for 2 channels of a 16-channel input; 2 panels for 16 filters.
+        (
+            refused(
+                &mut [1, 1, 6, 6, 16],
+                &mut [1, 8, 3, 3, 64],
+                &mut [1, 1, 6, 6, 16],
+                2,
+            ),
+            "shapes do not fit",
+        ),
+        (
+            refused(
+                &mut [1, 1, 6, 6, 16],
+                &mut [1, 2, 3, 3, 64],
+                &mut [1, 1, 6, 6, 16],
+                1,
+            ),
+            "shapes do not fit",
+        ),
+        (
+            refused(
+                &mut [1, 1, 6, 6, 16],
+                &mut [2, 16, 3, 3, 64],
+                &mut [1, 1, 6, 6, 16],
+                1,
+            ),
+            "shapes do not fit",
+        ),
+    ] {
+        assert!(error.contains(expected), "{error}");
+    }
 }
 
 #[test]

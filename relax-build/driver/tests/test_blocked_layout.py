@@ -1,0 +1,169 @@
+"""Unit tests of the driver's channel-blocked layout for CNNs (these need TVM:
+tests/driver_python.rs runs them with the toolchain's Python).
+
+    python -m unittest discover -s relax-build/driver/tests
+"""
+
+import collections
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+from tvm import relax  # noqa: E402
+from tvm.script import relax as R  # noqa: E402
+
+from relax_driver import blocked_layout, offload  # noqa: E402
+
+X86 = {"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"}
+
+
+@tvm.script.ir_module
+class Residual:
+    """A ResNet block: 3x3 convolution, bias, ReLU, then a 1x1 convolution, its bias and
+    the block's input added, ReLU; weights bound at load (after `num_input`)."""
+
+    @R.function
+    def main(
+        x: R.Tensor((1, 64, 14, 14), "float32"),
+        w1: R.Tensor((240, 64, 3, 3), "float32"),
+        b1: R.Tensor((240,), "float32"),
+        w2: R.Tensor((64, 240, 1, 1), "float32"),
+        b2: R.Tensor((64,), "float32"),
+    ):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            y = R.nn.conv2d(x, w1, padding=[1, 1, 1, 1])
+            y1 = R.add(y, R.reshape(b1, [1, 240, 1, 1]))
+            y2 = R.nn.relu(y1)
+            z = R.nn.conv2d(y2, w2)
+            z1 = R.add(z, R.reshape(b2, [1, 64, 1, 1]))
+            z2 = R.add(z1, x)
+            out = R.nn.relu(z2)
+            R.output(out)
+        return out
+
+
+@tvm.script.ir_module
+class Depthwise:
+    """A MobileNet block: 1x1, depthwise 3x3 (stays NCHW: one channel per group), 1x1."""
+
+    @R.function
+    def main(
+        x: R.Tensor((1, 32, 28, 28), "float32"),
+        w1: R.Tensor((64, 32, 1, 1), "float32"),
+        w2: R.Tensor((64, 1, 3, 3), "float32"),
+        w3: R.Tensor((32, 64, 1, 1), "float32"),
+    ):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            y = R.nn.relu(R.nn.conv2d(x, w1))
+            z = R.nn.relu(R.nn.conv2d(y, w2, padding=[1, 1, 1, 1], groups=64))
+            out = R.nn.conv2d(z, w3)
+            R.output(out)
+        return out
+
+
+def kernel_calls(function):
+    """{kernel name: [output rank, ...]} of the function's kernel calls, and how many
+    layout transforms it has."""
+    calls = collections.defaultdict(list)
+    transforms = []
+
+    def visit(expr):
+        name = offload.packed_name(expr)
+        if name is not None:
+            calls[name].append(offload.rank(expr))
+        elif offload.op_name(expr) == "relax.layout_transform":
+            transforms.append(expr)
+
+    relax.analysis.post_order_visit(function.body, visit)
+    return dict(calls), len(transforms)
+
+
+class Blocked(unittest.TestCase):
+    def test_a_residual_block_runs_on_blocked_tensors_with_everything_folded(self):
+        module, converted = blocked_layout.convert(Residual, X86)
+        self.assertTrue(converted)
+        module, layouts = offload.rewrite(module, None)
+        calls, transforms = kernel_calls(module["main"])
+        # The biases, the residual and the ReLUs fold into the two kernel calls, whose
+        # outputs are [1, F / 16, 14, 14, 16].
+        self.assertEqual(calls, {"relax_runtime.conv2d_bias": [5], "relax_runtime.conv2d_bias_add": [5]})
+        # Only the input goes to blocks (once for the convolution, once for the residual),
+        # and the output back.
+        self.assertEqual(transforms, 3)
+        # Both kernels are taken in filter panels, packed at load.
+        self.assertEqual(
+            layouts["main"], {1: {"layout": "filter_panels", "columns": 240}, 3: {"layout": "filter_panels", "columns": 64}}
+        )
+        self.assertEqual([int(d) for d in offload.dims(module["main"].params[1])], [4, 64, 3, 3, 64])
+
+    def test_a_per_channel_operand_of_rank_3_is_reshaped_to_rank_4(self):
+        # How ONNX writes a batch norm's scale: ConvertLayout would keep the product NCHW.
+        x = relax.Var("x", relax.TensorType([1, 32, 8, 8], "float32"))
+        scale = relax.Var("scale", relax.TensorType([32, 1, 1], "float32"))
+        row = relax.Var("row", relax.TensorType([8], "float32"))
+        builder = relax.BlockBuilder()
+        with builder.function("main", [x, scale, row]):
+            with builder.dataflow():
+                y = builder.emit(relax.op.multiply(x, scale))
+                z = builder.emit_output(relax.op.add(y, row))  # along W: stays as it is
+            builder.emit_func_output(z)
+        function = blocked_layout.prepared(builder.get())["main"]
+        operands = []
+        relax.analysis.post_order_visit(
+            function.body,
+            lambda expr: operands.append([offload.rank(arg) for arg in expr.args])
+            if offload.op_name(expr) in ("relax.multiply", "relax.add")
+            else None,
+        )
+        self.assertEqual(operands, [[4, 4], [4, 1]])
+
+    def test_a_convolution_between_blocked_ones_that_stays_nchw_keeps_the_module_nchw(self):
+        module, converted = blocked_layout.convert(Depthwise, X86)
+        self.assertFalse(converted)
+        self.assertTrue(module.same_as(Depthwise))
+
+    def test_other_targets_keep_nchw(self):
+        aarch64 = {"kind": "llvm", "mtriple": "aarch64-unknown-linux-gnu", "mattr": ["+neon"]}
+        module, converted = blocked_layout.convert(Residual, aarch64)
+        self.assertFalse(converted)
+        self.assertTrue(module.same_as(Residual))
+        # The host (no triple) is x86-64 here.
+        self.assertTrue(blocked_layout.converts({"kind": "llvm"}))
+
+    def test_a_constant_kernel_is_packed_in_filter_panels_when_compiling(self):
+        weight = np.arange(144 * 128 * 3 * 3, dtype="float32").reshape(144, 128, 3, 3)
+        packed = offload.filter_panels_of(weight)
+        self.assertEqual(packed.shape, (3, 128, 3, 3, 64))
+        # Filter f's (c, ky, kx) at [f // 64, c, ky, kx, f % 64]; past 80, zeros.
+        self.assertEqual(packed[1, 5, 2, 1, 3], weight[67, 5, 2, 1])
+        self.assertEqual(packed[0, 15, 0, 2, 63], weight[63, 15, 0, 2])
+        self.assertEqual(packed[2, 127, 2, 2, 15], weight[143, 127, 2, 2])
+        self.assertTrue((packed[2, :, :, :, 16:] == 0).all())
+        builder = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType([1, 128, 8, 8], "float32"))
+        with builder.function("main", [x]):
+            with builder.dataflow():
+                y = builder.emit_output(relax.op.nn.conv2d(x, relax.const(weight), padding=[1, 1, 1, 1]))
+            builder.emit_func_output(y)
+        module, converted = blocked_layout.convert(builder.get(), X86)
+        self.assertTrue(converted)
+        module, layouts = offload.rewrite(module, None)
+        kernels = []
+        relax.analysis.post_order_visit(
+            module["main"].body, lambda expr: kernels.append(expr) if offload.packed_name(expr) else None
+        )
+        (kernel,) = kernels
+        constant = kernel.args[1].fields[1]
+        self.assertIsInstance(constant, tvm.ir.Constant)
+        np.testing.assert_array_equal(constant.value.numpy(), packed)
+        self.assertEqual(layouts, {})
+
+
+if __name__ == "__main__":
+    unittest.main()
