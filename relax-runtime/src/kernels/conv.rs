@@ -78,7 +78,8 @@ pub(crate) struct Conv2d {
 }
 
 impl Conv2d {
-    /// The output height and width, or None when the kernel does not fit.
+    /// The output height and width, or None when the kernel does not fit (or a size
+    /// overflows).
     pub(crate) fn output(&self) -> Option<(usize, usize)> {
         let size = |input: usize,
                     before: usize,
@@ -86,9 +87,13 @@ impl Conv2d {
                     kernel: usize,
                     stride: usize,
                     dilation: usize| {
-            let span = dilation * (kernel - 1) + 1;
-            let padded = input + before + after;
-            (stride > 0 && kernel > 0 && padded >= span).then(|| (padded - span) / stride + 1)
+            // Checked: the sizes come from a kernel call's arguments (absurd ones are
+            // refused, never wrapped into a small buffer).
+            let span = dilation
+                .checked_mul(kernel.checked_sub(1)?)?
+                .checked_add(1)?;
+            let padded = input.checked_add(before)?.checked_add(after)?;
+            (stride > 0 && padded >= span).then(|| (padded - span) / stride + 1)
         };
         let (top, left, bottom, right) = self.padding;
         Some((
