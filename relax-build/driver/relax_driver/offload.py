@@ -294,6 +294,7 @@ class Block:
         if isinstance(weight, tvm.ir.Constant):
             return relax.const(filter_panels_of(weight.value.numpy()))
         return weight
+
     def softmax(self, call):
         """Softmax along the last axis, with the additive mask before it folded in."""
         x = call.args[0]
@@ -787,6 +788,42 @@ def filter_panels_of(weight):
     return np.ascontiguousarray(padded.reshape((panels, PANEL) + weight.shape[1:]).transpose(0, 2, 3, 4, 1))
 
 
+def filter_panels_expr(weight):
+    """Relax ops that pack the OIHW kernel `weight` (static dims) in filter panels on every
+    call, as `filter_panels_of` does once."""
+    filters, channels, kernel_h, kernel_w = static_ints(dims(weight))
+    panels = (filters + PANEL - 1) // PANEL
+    padded = weight
+    if panels * PANEL != filters:
+        padded = relax.op.nn.pad(weight, [0, panels * PANEL - filters, 0, 0, 0, 0, 0, 0])
+    split = relax.op.reshape(padded, [panels, PANEL, channels, kernel_h, kernel_w])
+    return relax.op.permute_dims(split, [0, 2, 3, 4, 1])
+
+
+def blocked_kernels_packed(function):
+    """The function with the OIHW kernel of each blocked convolution still taking one (a
+    weight also used otherwise, which `filter_panel_weights` leaves stored) packed in filter
+    panels by Relax ops on every call: the blocked kernel reads only filter panels."""
+    changed = False
+    blocks = []
+    for block in function.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            value = binding.value
+            name = packed_name(value)
+            if blocked_convolution(name, None, binding.var.ty) and rank(value.args[1].fields[1]) == 4:
+                args = list(value.args[1].fields)
+                args[1] = filter_panels_expr(args[1])
+                value = packed(name, args, binding.var.ty)
+                changed = True
+            bindings.append(relax.VarBinding(binding.var, value))
+        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(bindings))
+    if not changed:
+        return function
+    body = relax.SeqExpr(blocks, function.body.body)
+    return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+
+
 def blocked_convolution(name, args, out_ty):
     """Whether the kernel call `name(args)` is a convolution onto a blocked output (see
     blocked_layout.py), whose kernel relax-runtime takes in filter panels."""
@@ -843,6 +880,7 @@ def rewrite(ir_module, target):
             rewritten, packed = panel_weights(rewritten)
             rewritten, winograd = winograd_weights(rewritten)
             rewritten, filter_panels = filter_panel_weights(rewritten)
+            rewritten = blocked_kernels_packed(rewritten)
             packed.update(filter_panels)
             chosen = {index: {"layout": layout, "columns": columns} for index, (layout, columns) in packed.items()}
             chosen.update({index: {"layout": layout} for index, layout in winograd.items()})

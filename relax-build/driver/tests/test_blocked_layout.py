@@ -102,6 +102,46 @@ class Blocked(unittest.TestCase):
         )
         self.assertEqual([int(d) for d in offload.dims(module["main"].params[1])], [4, 64, 3, 3, 64])
 
+    def test_a_kernel_also_used_otherwise_is_packed_by_relax_ops(self):
+        # `w1` is also an output: it stays a stored OIHW weight, and the blocked kernel,
+        # which reads only filter panels, gets it packed by ops on every call.
+        @tvm.script.ir_module
+        class Shared:
+            @R.function
+            def main(
+                x: R.Tensor((1, 64, 14, 14), "float32"),
+                w1: R.Tensor((240, 64, 3, 3), "float32"),
+                w2: R.Tensor((64, 240, 1, 1), "float32"),
+            ):
+                R.func_attr({"num_input": 1})
+                with R.dataflow():
+                    y = R.nn.relu(R.nn.conv2d(x, w1, padding=[1, 1, 1, 1]))
+                    z = R.nn.conv2d(y, w2)
+                    total = R.sum(w1)
+                    R.output(z, total)
+                return (z, total)
+
+        module, converted = blocked_layout.convert(Shared, X86)
+        self.assertTrue(converted)
+        module, layouts = offload.rewrite(module, None)
+        self.assertEqual(layouts["main"], {2: {"layout": "filter_panels", "columns": 64}})
+        convolutions = []
+        relax.analysis.post_order_visit(
+            module["main"].body,
+            lambda expr: convolutions.append(expr)
+            if (offload.packed_name(expr) or "").startswith("relax_runtime.conv2d")
+            else None,
+        )
+        self.assertEqual([offload.rank(call.args[1].fields[1]) for call in convolutions], [5, 5])
+        # The ops pack as relax-runtime does: compare on values.
+        weight = np.random.default_rng(0).standard_normal((80, 16, 3, 3)).astype("float32")
+        builder = relax.BlockBuilder()
+        with builder.function("main", []):
+            builder.emit_func_output(builder.emit(offload.filter_panels_expr(relax.const(weight))))
+        packed = tvm.compile(builder.get(), target="llvm")
+        vm = relax.VirtualMachine(packed, tvm.cpu())
+        np.testing.assert_array_equal(vm["main"]().numpy(), offload.filter_panels_of(weight))
+
     def test_a_per_channel_operand_of_rank_3_is_reshaped_to_rank_4(self):
         # How ONNX writes a batch norm's scale: ConvertLayout would keep the product NCHW.
         x = relax.Var("x", relax.TensorType([1, 32, 8, 8], "float32"))

@@ -50,7 +50,7 @@ const MAX_PIXELS_PER_TILE: usize = 24;
 const SEGMENT: usize = 72;
 
 /// Blocks of channels a tile sums before it stores its sums and resumes: 64 channels of a
-/// 3x3 kernel's panel are 147 KiB of weights, read by every tile of an output row.
+/// 3x3 kernel's panel are 147 KiB of weights, read by every tile of a segment.
 const CHANNEL_BLOCKS: usize = 4;
 
 thread_local! {
@@ -68,7 +68,7 @@ struct Source {
 }
 
 /// What the tiles of one image share.
-struct Row<'a> {
+struct ImageTiles<'a> {
     shape: &'a Conv2d,
     source: Source,
     /// Offsets (values) of each kernel tap from a pixel's first input, in the source.
@@ -183,7 +183,7 @@ pub(crate) unsafe fn blocked_conv(
                     width,
                 }
             };
-            let row = Row {
+            let tiles = ImageTiles {
                 shape,
                 source,
                 taps: &taps,
@@ -201,7 +201,7 @@ pub(crate) unsafe fn blocked_conv(
                     let pixels = segment * SEGMENT..((segment + 1) * SEGMENT).min(output_pixels);
                     // SAFETY: the segment of this panel's filters is this task's alone;
                     // everything else is read only (the function's contract).
-                    unsafe { row.compute(panel, pixels) };
+                    unsafe { tiles.compute(panel, pixels) };
                 }
             })?;
         }
@@ -269,7 +269,7 @@ unsafe fn pad_block(
     }
 }
 
-impl Row<'_> {
+impl ImageTiles<'_> {
     /// Computes output pixels `pixels` (row-major) of panel `panel`'s filters.
     ///
     /// # Safety
