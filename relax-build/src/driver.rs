@@ -25,6 +25,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/__init__.py"),
     ),
     (
+        "relax_driver/argument_checks.py",
+        include_str!("../driver/relax_driver/argument_checks.py"),
+    ),
+    (
         "relax_driver/blocked_layout.py",
         include_str!("../driver/relax_driver/blocked_layout.py"),
     ),
@@ -45,6 +49,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/files.py"),
     ),
     (
+        "relax_driver/outputs.py",
+        include_str!("../driver/relax_driver/outputs.py"),
+    ),
+    (
         "relax_driver/onnx_prepare.py",
         include_str!("../driver/relax_driver/onnx_prepare.py"),
     ),
@@ -55,6 +63,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     (
         "relax_driver/onnx_source.py",
         include_str!("../driver/relax_driver/onnx_source.py"),
+    ),
+    (
+        "relax_driver/public_functions.py",
+        include_str!("../driver/relax_driver/public_functions.py"),
     ),
     (
         "relax_driver/schedules.py",

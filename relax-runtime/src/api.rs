@@ -131,7 +131,9 @@ fn load(dirs: &[PathBuf], register: Register) -> Result<Api> {
     };
     register(&api).map_err(|message| Error::LibraryLoad {
         path: runtime_path.clone(),
-        message: format!("registering relax-runtime's kernels failed: {message}"),
+        message: format!(
+            "registering relax-runtime's kernels and output allocator failed: {message}"
+        ),
     })?;
     Ok(api)
 }

@@ -41,6 +41,13 @@ impl Object {
         any
     }
 
+    /// The object as an owned value, for a result slot that takes over its reference.
+    pub(crate) fn into_owned_any(self) -> sys::TVMFFIAny {
+        let any = self.as_argument();
+        std::mem::forget(self);
+        any
+    }
+
     /// The address of the payload that follows the object header (a tensor's
     /// `DLTensor`, an error's cell), as `c_api.h` lays objects out.
     pub(crate) fn payload<T>(&self) -> *const T {

@@ -1,12 +1,18 @@
-//! Loading TVM's runtime, once per process, with relax-runtime's kernels registered
-//! before any model loads (so that `api` needs nothing of the kernels).
+//! Loading TVM's runtime, once per process, with relax-runtime's kernels and its output
+//! allocator registered before any model loads (so that `api` needs nothing of them).
 
 use crate::api::{self, Api};
 use crate::error::Result;
 use crate::kernels;
 use crate::locate::Hints;
+use crate::outputs;
 
-/// The loaded runtime (loading it and registering the kernels on first use).
+/// The loaded runtime (loading it and registering relax-runtime's globals on first use).
 pub(crate) fn load(hints: &Hints<'_>) -> Result<&'static Api> {
-    api::get_or_load(hints, kernels::register)
+    api::get_or_load(hints, register)
+}
+
+fn register(api: &Api) -> std::result::Result<(), String> {
+    kernels::register(api)?;
+    outputs::register(api)
 }

@@ -142,18 +142,23 @@ impl Tensor {
             .map_err(|_| invalid(format!("TVM returned a tensor of rank {}", tensor.ndim)))?;
         // SAFETY: a TVM tensor's shape array has `ndim` entries, alive with the tensor.
         let shape = unsafe { slice_or_empty(tensor.shape, ndim) };
-        let dims = shape
-            .iter()
-            .map(|&dim| usize::try_from(dim))
-            .collect::<Result<Vec<usize>, _>>()
-            .map_err(|_| invalid(format!("TVM returned a tensor of shape {shape:?}")))?;
-        if checked_bytes(dims.iter().copied(), dtype).is_none() {
+        if shape.iter().any(|&dim| dim < 0) {
+            return Err(invalid(format!("TVM returned a tensor of shape {shape:?}")));
+        }
+        // A size beyond usize (on a 32-bit host) becomes usize::MAX, which checked_bytes
+        // refuses.
+        let dims = || {
+            shape
+                .iter()
+                .map(|&dim| usize::try_from(dim).unwrap_or(usize::MAX))
+        };
+        if checked_bytes(dims(), dtype).is_none() {
             return Err(invalid(format!(
                 "TVM returned a tensor of shape {shape:?} of {dtype}, larger than the address space"
             )));
         }
         let made = Tensor {
-            elements: dims.iter().product(),
+            elements: dims().product(),
             dtype,
             repr: Repr::Tvm(object),
         };
@@ -360,8 +365,9 @@ pub(crate) struct HostBuffer {
     layout: Layout,
 }
 
-// SAFETY: the buffer is written only in `copy_of`, before it is shared; after that it is
-// only read (by Rust and by TVM).
+// SAFETY: the buffer is written only in `copy_of`, before it is shared, or, for a model's
+// output (`zeroed`, see outputs.rs), by the model's function that fills it, before the
+// call returns it; after that it is only read (by Rust and by TVM).
 unsafe impl Send for HostBuffer {}
 // SAFETY: as above.
 unsafe impl Sync for HostBuffer {}
@@ -378,6 +384,15 @@ impl HostBuffer {
         // overlap `bytes`.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), data.as_ptr(), bytes.len()) };
         HostBuffer { data, layout }
+    }
+
+    /// `size` zero bytes (one when `size` is zero), or None when the allocator has not
+    /// that much (a model's output sized by its caller's inputs: an error, not an abort).
+    fn zeroed(size: usize) -> Option<HostBuffer> {
+        let layout = Layout::from_size_align(size.max(1), ALIGNMENT).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let data = unsafe { std::alloc::alloc_zeroed(layout) };
+        std::ptr::NonNull::new(data).map(|data| HostBuffer { data, layout })
     }
 
     /// The copied bytes and any padding byte (a zero-length buffer has one).
@@ -408,6 +423,30 @@ unsafe extern "C" fn delete_dlpack(managed: *mut sys::DLManagedTensorVersioned) 
         let managed = Box::from_raw(managed);
         drop(Box::from_raw(managed.manager_ctx.cast::<DlpackOwner>()));
     }
+}
+
+/// A zero-filled CPU tensor of `dtype` and `shape`, as a TVM object: a model's output,
+/// which its function fills (see outputs.rs). Errs when a size is negative or the
+/// tensor would not fit in the address space.
+pub(crate) fn zeroed_tvm_tensor(dtype: DType, shape: &[i64]) -> Result<Object> {
+    let invalid = |what: &str| Error::InvalidTensor {
+        message: format!("an output of shape {shape:?} of {dtype} {what}"),
+    };
+    if shape.iter().any(|&dim| dim < 0) {
+        return Err(invalid("has a negative size"));
+    }
+    let dims = shape
+        .iter()
+        .map(|&dim| usize::try_from(dim).unwrap_or(usize::MAX));
+    let bytes =
+        checked_bytes(dims, dtype).ok_or_else(|| invalid("is larger than the address space"))?;
+    let buffer = HostBuffer::zeroed(bytes).ok_or_else(|| {
+        invalid(&format!(
+            "needs {bytes} bytes, more than could be allocated"
+        ))
+    })?;
+    let buffer = Arc::new(buffer);
+    wrap_host_buffer(&buffer, dtype, &Arc::from(shape))
 }
 
 /// Makes a TVM tensor over a host buffer without copying it.

@@ -81,6 +81,17 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
             WeightLayout::Winograd => winograd(view.shape(), view.data(), WinogradTile::Two)?,
             WeightLayout::Winograd4 => winograd(view.shape(), view.data(), WinogradTile::Four)?,
         };
+        // The library does not check the weights it is passed (the driver drops the VM's
+        // checks of what relax-runtime checks), so a packed form must be the one it takes.
+        if !fits(tensor.shape(), &expected.shape) {
+            return Err(error(format!(
+                "tensor `{}` in layout {:?} came out {:?}, but the model takes {}: a bug in relax-runtime's packing",
+                expected.name,
+                expected.layout,
+                tensor.shape(),
+                format_dims(&expected.shape)
+            )));
+        }
         tensors.insert((&expected.name, expected.layout), tensor);
     }
     Ok(signature
@@ -94,6 +105,15 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
                 .collect()
         })
         .collect())
+}
+
+/// Whether `shape` has the rank of `dims` and their static sizes.
+fn fits(shape: &[i64], dims: &[Dim]) -> bool {
+    shape.len() == dims.len()
+        && dims
+            .iter()
+            .zip(shape)
+            .all(|(dim, &size)| !matches!(dim, Dim::Static(expected) if *expected != size))
 }
 
 /// The Winograd form with output tiles `tile` (`[16 or 36, in, out]`) of float32 3x3
@@ -165,6 +185,19 @@ mod tests {
             .collect();
         let view = safetensors::tensor::TensorView::new(StDtype::F32, vec![2, 3], &data).unwrap();
         safetensors::serialize([("w", view)], &None).unwrap()
+    }
+
+    #[test]
+    fn a_packed_weight_must_come_out_in_the_shape_the_function_takes() {
+        let dims = [
+            Dim::Static(2),
+            Dim::Symbolic("n".to_string()),
+            Dim::Static(64),
+        ];
+        assert!(fits(&[2, 7, 64], &dims));
+        assert!(!fits(&[2, 7, 32], &dims));
+        assert!(!fits(&[2, 7], &dims));
+        assert!(!fits(&[2, 7, 64, 1], &dims));
     }
 
     #[test]

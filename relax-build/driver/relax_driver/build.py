@@ -22,17 +22,24 @@ def backend_passes(target, request, tuned):
     """The CPU backend pipeline, with relax-runtime's kernels and default schedules.
 
     Without tuning records, every TIR function left after fusion gets a default CPU
-    schedule (parallel outer loops, vectorized inner loops; see schedules.py).
+    schedule (parallel outer loops, vectorized inner loops; see schedules.py). The
+    tensors a public function returns are allocated by relax-runtime (see outputs.py), and
+    last, the VM's checks of arguments that relax-runtime checks itself are dropped (see
+    argument_checks.py).
     """
-    from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from . import schedules
+    from . import argument_checks, outputs, schedules
 
     passes = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
     if not tuned:
         passes.append(schedules.default_schedule_pass(target))
-    return passes + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
+    passes += cpu.dataflow_lower_passes(target)
+    for finalize in cpu.finalize_passes(target):
+        passes.append(finalize)
+        if finalize.info.name == "StaticPlanBlockMemory" and target.kind.name == "llvm":
+            passes.append(outputs.allocation_pass())
+    return passes + [argument_checks.drop_pass()]
 
 
 def compile_module(ir_module, target, request):

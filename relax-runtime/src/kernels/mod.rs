@@ -49,10 +49,11 @@ mod strips;
 mod tensor;
 mod winograd;
 
-use std::ffi::{c_void, CString};
+use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::api::Api;
+use crate::globals;
 use crate::sys;
 
 pub(crate) use epilogue::Epilogue;
@@ -92,51 +93,24 @@ unsafe extern "C" fn call_kernel(
     // SAFETY: `register` passed a pointer into the static KERNELS table as the handle
     // (never null: tvm-ffi passes its own object instead of a null handle).
     let (name, kernel) = unsafe { *handle.cast::<(&str, Kernel)>() };
-    let args = if count <= 0 || args.is_null() {
-        &[][..]
-    } else {
-        // SAFETY: TVM passes `count` valid argument values that outlive the call.
-        unsafe { std::slice::from_raw_parts(args, count as usize) }
-    };
+    // SAFETY: TVM passes `count` valid argument values that outlive the call.
+    let args = unsafe { globals::arguments(args, count) };
     let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&Arguments::new(name, args))));
     let (kind, message) = match outcome {
         Ok(Ok(())) => return 0,
         Ok(Err(message)) => ("ValueError", message),
         Err(_) => ("InternalError", format!("{name} panicked")),
     };
-    let kind = CString::new(kind).expect("no NUL");
-    let message = CString::new(message.replace('\0', " ")).expect("NULs replaced");
-    // SAFETY: both are valid C strings; TVM copies them into the raised error.
-    unsafe {
-        (crate::api::loaded().ffi.TVMFFIErrorSetRaisedFromCStr)(kind.as_ptr(), message.as_ptr())
-    };
+    globals::raise(crate::api::loaded(), kind, &message);
     -1
 }
 
 /// Registers every kernel as a global function of the loaded runtime.
 pub(crate) fn register(api: &Api) -> Result<(), String> {
     for entry in KERNELS {
-        let name = entry.0;
-        let mut function: sys::TVMFFIObjectHandle = std::ptr::null_mut();
         let handle = (entry as *const (&str, Kernel)).cast_mut().cast::<c_void>();
-        // SAFETY: `call_kernel` has TVM's safe-call signature; the handle points into a
-        // static table (no deleter needed); `function` receives an owned function object.
-        let status = unsafe {
-            (api.ffi.TVMFFIFunctionCreate)(handle, Some(call_kernel), None, &mut function)
-        };
-        if status != 0 || function.is_null() {
-            return Err(format!("TVMFFIFunctionCreate failed for {name}"));
-        }
-        let bytes = sys::TVMFFIByteArray {
-            data: name.as_ptr().cast(),
-            size: name.len(),
-        };
-        // SAFETY: `bytes` describes a live string; the registry keeps its own reference to
-        // `function`; ours is kept for the process's life (never released).
-        let status = unsafe { (api.ffi.TVMFFIFunctionSetGlobal)(&bytes, function, 1) };
-        if status != 0 {
-            return Err(format!("TVMFFIFunctionSetGlobal failed for {name}"));
-        }
+        // SAFETY: the handle points into a static table, as `call_kernel` reads it.
+        unsafe { globals::set_global(api, entry.0, handle, call_kernel)? };
     }
     Ok(())
 }

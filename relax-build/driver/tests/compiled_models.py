@@ -1,0 +1,37 @@
+"""Compiling a test's model with the driver's backend pipeline, and reading the result
+(shared by the driver's tests; not a test module itself)."""
+
+import numpy as np
+import tvm
+
+from relax_driver import build, outputs
+
+
+def host_output(shape, dtype):
+    """What relax-runtime's `relax_runtime.output` does, for TVM's Python VM: a
+    zero-filled tensor of that shape and dtype."""
+    return tvm.runtime.tensor(np.zeros([int(size) for size in shape], str(dtype)))
+
+
+# A model compiled for a CPU target calls it for the tensors it returns (see outputs.py).
+tvm.register_global_func(outputs.OUTPUT, host_output, override=True)
+
+
+def compiled(module, target):
+    """`module` compiled by the backend pipeline, as the driver compiles it untuned."""
+    passes = build.backend_passes(target, {}, tuned=False)
+
+    @tvm.transform.module_pass(opt_level=0)
+    def backend(module, _context):
+        with target:
+            return tvm.transform.Sequential(passes)(module)
+
+    with tvm.transform.PassContext(opt_level=3):
+        return tvm.compile(module, target, relax_pipeline=backend)
+
+
+def main_instructions(executable):
+    """The VM instructions of `main`, one string each (as `as_text` prints them)."""
+    text = executable.as_text()
+    body = text.split("@main:\n", 1)[1].split("\n\n", 1)[0]
+    return [line.strip() for line in body.splitlines()]
