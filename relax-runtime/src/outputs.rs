@@ -4,7 +4,9 @@
 //! (`vm.builtin.alloc_storage`, then `alloc_tensor` in that storage, from its pooled
 //! allocator behind a mutex) and a third that drops the storage's register: 0.9-1.1 µs a
 //! call. relax-build's driver (outputs.py) rewrites the allocation of each tensor a public
-//! function returns on a CPU target into one call of this function, which allocates a
+//! function returns on a CPU target, of static shape and at most 16 KiB (a fresh buffer
+//! costs in proportion to its size; larger ones stay in TVM's pool, which reuses them),
+//! into one call of this function, which allocates a
 //! zero-filled, 64-byte aligned host buffer and hands it to TVM as a DLPack tensor (as
 //! relax-runtime hands over the inputs made in Rust): a model adding two [1, 4] tensors
 //! took 1.25-1.30 µs a call instead of 1.50-1.55. Everything else, the intermediate
