@@ -29,6 +29,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/argument_checks.py"),
     ),
     (
+        "relax_driver/bindings.py",
+        include_str!("../driver/relax_driver/bindings.py"),
+    ),
+    (
         "relax_driver/blocked_layout.py",
         include_str!("../driver/relax_driver/blocked_layout.py"),
     ),

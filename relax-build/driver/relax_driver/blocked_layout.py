@@ -24,6 +24,8 @@ transform its input and output on every call.
 import tvm
 from tvm import relax, sym
 
+from .bindings import rewritten_body
+
 BLOCKED_LAYOUTS = {"relax.nn.conv2d": ["NCHW16c", "OIHW16i16o"]}
 
 # The module is blocked only when the activations it transforms, in values, times this
@@ -119,35 +121,26 @@ def channel_operands(function):
             and all(analyzer.can_prove_equal(dim, 1) for dim in mine[1:])
         )
 
-    changed = False
-    blocks = []
-    for block in function.body.blocks:
-        bindings = []
-        for binding in block.bindings:
-            value = binding.value
-            if (
-                isinstance(binding, relax.VarBinding)
-                and isinstance(value, relax.Call)
-                and isinstance(value.op, tvm.ir.Op)
-                and value.op.name in ELEMENTWISE
-                and len(value.args) == 2
-            ):
-                args = list(value.args)
-                reshaped = False
-                for index in (0, 1):
-                    if per_channel(args[index], args[1 - index]):
-                        channels = dims_of(args[index])[0]
-                        args[index] = relax.op.reshape(args[index], [1, channels, 1, 1])
-                        reshaped = True
-                if reshaped:
-                    value = relax.Call(value.op, args, value.attrs)
-                    changed = True
-                binding = relax.VarBinding(binding.var, value)
-            bindings.append(binding)
-        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(bindings))
-    if not changed:
+    def reshaped(binding):
+        value = binding.value
+        if not (
+            isinstance(value, relax.Call)
+            and isinstance(value.op, tvm.ir.Op)
+            and value.op.name in ELEMENTWISE
+            and len(value.args) == 2
+        ):
+            return None
+        args = list(value.args)
+        changed = False
+        for index in (0, 1):
+            if per_channel(value.args[index], value.args[1 - index]):
+                args[index] = relax.op.reshape(value.args[index], [1, dims_of(value.args[index])[0], 1, 1])
+                changed = True
+        return relax.Call(value.op, args, value.attrs) if changed else None
+
+    body = rewritten_body(function, reshaped)
+    if body is None:
         return function
-    body = relax.SeqExpr(blocks, function.body.body)
     return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
 
 

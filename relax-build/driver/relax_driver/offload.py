@@ -45,6 +45,8 @@ import math
 import tvm
 from tvm import relax, sym
 
+from .bindings import rewritten_body
+
 # Activation op -> the kernels' epilogue code.
 EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3, "relax.nn.relu6": 4, "relax.nn.silu": 5}
 RELU, RELU6, SILU = 1, 4, 5
@@ -627,22 +629,22 @@ def take_weights_otherwise(function, weight_rank, fits, new_dims, adjust=None):
     replacement = {
         param: relax.Var(param.name, relax.TensorType(new_dims(dims(param)), tensor_type(param).dtype)) for param in chosen
     }
-    blocks = []
-    for block in function.body.blocks:
-        bindings = []
-        for binding in block.bindings:
-            value = binding.value
-            name = packed_name(value)
-            if name is not None and len(value.args[1].fields) > 1 and value.args[1].fields[1] in replacement:
-                args = list(value.args[1].fields)
-                args[1] = replacement[args[1]]
-                if adjust is not None:
-                    adjust(name, args)
-                value = packed(name, args, binding.var.ty)
-            bindings.append(relax.VarBinding(binding.var, value))
-        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(bindings))
+
+    def replaced(binding):
+        value = binding.value
+        name = packed_name(value)
+        if name is None or len(value.args[1].fields) <= 1 or value.args[1].fields[1] not in replacement:
+            return None
+        args = list(value.args[1].fields)
+        args[1] = replacement[args[1]]
+        if adjust is not None:
+            adjust(name, args)
+        return packed(name, args, binding.var.ty)
+
     params = [replacement.get(param, param) for param in function.params]
-    body = relax.SeqExpr(blocks, function.body.body)
+    body = rewritten_body(function, replaced)
+    if body is None:
+        body = function.body
     indices = sorted(candidates[param] for param in chosen)
     return relax.Function(params, body, function.ret_ty, function.is_pure, function.attrs), indices
 
@@ -804,23 +806,19 @@ def blocked_kernels_packed(function):
     """The function with the OIHW kernel of each blocked convolution still taking one (a
     weight also used otherwise, which `filter_panel_weights` leaves stored) packed in filter
     panels by Relax ops on every call: the blocked kernel reads only filter panels."""
-    changed = False
-    blocks = []
-    for block in function.body.blocks:
-        bindings = []
-        for binding in block.bindings:
-            value = binding.value
-            name = packed_name(value)
-            if blocked_convolution(name, None, binding.var.ty) and rank(value.args[1].fields[1]) == 4:
-                args = list(value.args[1].fields)
-                args[1] = filter_panels_expr(args[1])
-                value = packed(name, args, binding.var.ty)
-                changed = True
-            bindings.append(relax.VarBinding(binding.var, value))
-        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(bindings))
-    if not changed:
+
+    def packed_kernel(binding):
+        value = binding.value
+        name = packed_name(value)
+        if not blocked_convolution(name, None, binding.var.ty) or rank(value.args[1].fields[1]) != 4:
+            return None
+        args = list(value.args[1].fields)
+        args[1] = filter_panels_expr(args[1])
+        return packed(name, args, binding.var.ty)
+
+    body = rewritten_body(function, packed_kernel)
+    if body is None:
         return function
-    body = relax.SeqExpr(blocks, function.body.body)
     return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
 
 

@@ -1,0 +1,21 @@
+"""Rewriting the values bound in a Relax function's body, one binding at a time."""
+
+from tvm import relax
+
+
+def rewritten_body(function, rewrite):
+    """The function's body with each variable binding's value replaced by `rewrite(binding)`
+    where that returns a value (None keeps the binding, as do match casts), in the same
+    blocks; None when nothing was replaced."""
+    changed = False
+    blocks = []
+    for block in function.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            value = rewrite(binding) if isinstance(binding, relax.VarBinding) else None
+            if value is not None:
+                binding = relax.VarBinding(binding.var, value)
+                changed = True
+            bindings.append(binding)
+        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(bindings))
+    return relax.SeqExpr(blocks, function.body.body) if changed else None
