@@ -4,6 +4,7 @@
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::api::{self, ParallelGroupEnv};
 
@@ -54,6 +55,49 @@ pub(crate) fn parallel_for(
     } else {
         Err("a task of a relax-runtime kernel failed".to_string())
     }
+}
+
+/// Tasks that [`for_each_unit`] balances; a launch of more tasks splits its units
+/// statically instead.
+const MAX_SHARING_TASKS: usize = 64;
+
+/// A counter on a cache line of its own, so that the tasks' counters do not contend.
+#[repr(align(64))]
+#[derive(Default)]
+struct Claims(AtomicUsize);
+
+/// Runs `body(unit)` once for every unit of `0..units`, over the executor's tasks (on
+/// this thread alone with `inline`). Each task starts on its own contiguous share (as
+/// [`chunk`] splits them, so that neighbouring units, which share weights and inputs,
+/// stay on one core) and, when that is done, takes the next units of the other tasks'
+/// shares: a task slowed down by another process on a shared machine no longer holds up
+/// the whole launch while the others wait at its end.
+pub(crate) fn for_each_unit(
+    executor: Executor,
+    inline: bool,
+    units: usize,
+    body: &(dyn Fn(usize) + Sync),
+) -> Result<(), String> {
+    // Units of share `share` claimed so far (counted from the share's start).
+    let claims: [Claims; MAX_SHARING_TASKS] = std::array::from_fn(|_| Claims::default());
+    executor(inline, &|task, tasks| {
+        if tasks > MAX_SHARING_TASKS {
+            chunk(units, tasks, task, 1).for_each(body);
+            return;
+        }
+        for share in (task..tasks).chain(0..task) {
+            let range = chunk(units, tasks, share, 1);
+            loop {
+                // Relaxed: a claim only has to be unique; the launch's end orders the
+                // units' writes before anything that reads them.
+                let claimed = claims[share].0.fetch_add(1, Ordering::Relaxed);
+                if claimed >= range.len() {
+                    break;
+                }
+                body(range.start + claimed);
+            }
+        }
+    })
 }
 
 /// Below this many multiply-adds a matrix product or convolution runs on the calling
@@ -140,7 +184,85 @@ pub(crate) fn three_threads(
 
 #[cfg(test)]
 mod tests {
-    use super::chunk;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::{chunk, for_each_unit, three_threads, MAX_SHARING_TASKS};
+
+    /// An executor on `TASKS` scoped OS threads.
+    fn threads<const TASKS: usize>(
+        inline: bool,
+        body: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<(), String> {
+        if inline {
+            body(0, 1);
+            return Ok(());
+        }
+        std::thread::scope(|scope| {
+            for task in 0..TASKS {
+                scope.spawn(move || body(task, TASKS));
+            }
+        });
+        Ok(())
+    }
+
+    /// How many times `for_each_unit` ran each of `units` units on `executor`.
+    fn runs(executor: super::Executor, inline: bool, units: usize) -> Vec<usize> {
+        let counts: Vec<AtomicUsize> = (0..units).map(|_| AtomicUsize::new(0)).collect();
+        for_each_unit(executor, inline, units, &|unit| {
+            counts[unit].fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        counts.into_iter().map(AtomicUsize::into_inner).collect()
+    }
+
+    #[test]
+    fn every_unit_runs_once() {
+        for units in [0, 1, 2, 3, 7, 100, 1000] {
+            assert_eq!(
+                runs(three_threads, false, units),
+                vec![1; units],
+                "{units} units"
+            );
+            assert_eq!(
+                runs(three_threads, true, units),
+                vec![1; units],
+                "{units} inline"
+            );
+            // More tasks than `for_each_unit` balances: split statically.
+            assert!(70 > MAX_SHARING_TASKS);
+            assert_eq!(
+                runs(threads::<70>, false, units),
+                vec![1; units],
+                "{units}, 70 tasks"
+            );
+        }
+    }
+
+    #[test]
+    fn a_slow_task_leaves_its_share_to_the_others() {
+        // 30 units over 3 tasks: task 0's share is 0..10. It stalls on its first unit, so
+        // the other two, done with theirs, take the rest of its share.
+        let ran_on: Mutex<Vec<Option<std::thread::ThreadId>>> = Mutex::new(vec![None; 30]);
+        for_each_unit(threads::<3>, false, 30, &|unit| {
+            if unit == 0 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            ran_on.lock().unwrap()[unit] = Some(std::thread::current().id());
+        })
+        .unwrap();
+        let ran_on = ran_on.into_inner().unwrap();
+        assert!(ran_on.iter().all(Option::is_some));
+        let stolen = ran_on[1..10]
+            .iter()
+            .filter(|thread| **thread != ran_on[0])
+            .count();
+        assert!(
+            stolen > 0,
+            "no other task took a unit of the stalled task's share"
+        );
+    }
 
     #[test]
     fn chunks_cover_the_range_once_with_aligned_starts() {
