@@ -103,6 +103,9 @@ pub enum WeightLayout {
     /// A convolution kernel packed in filter panels, `[ceil(out / 64), in, kh, kw, 64]`:
     /// the file holds `[columns, in, kh, kw]` (OIHW, `columns` filters).
     FilterPanels,
+    /// A 3x3 convolution kernel in Winograd F(2x2, 3x3) form for channel-blocked tensors,
+    /// `[16, ceil(out / 64), in, 64]`: the file holds `[columns, in, 3, 3]`.
+    BlockedWinograd,
 }
 
 impl TensorType {
@@ -136,6 +139,15 @@ impl TensorType {
                     channels.clone(),
                     kernel_h.clone(),
                     kernel_w.clone(),
+                ],
+                (other, _) => other.to_vec(),
+            },
+            WeightLayout::BlockedWinograd => match (self.shape.as_slice(), self.columns) {
+                ([_, _, channels, _], Some(columns)) => vec![
+                    Dim::Static(columns),
+                    channels.clone(),
+                    Dim::Static(3),
+                    Dim::Static(3),
                 ],
                 (other, _) => other.to_vec(),
             },
@@ -213,6 +225,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(conv.stored_shape(), dims(&[130, 64, 3, 3]));
+        let blocked_winograd: TensorType = serde_json::from_str(
+            r#"{"name": "w", "dtype": "float32", "shape": [16, 3, 64, 64], "layout": "blocked_winograd", "columns": 130}"#,
+        )
+        .unwrap();
+        assert_eq!(blocked_winograd.stored_shape(), dims(&[130, 64, 3, 3]));
         let plain: TensorType =
             serde_json::from_str(r#"{"name": "w", "dtype": "float32", "shape": [4]}"#).unwrap();
         assert_eq!(plain.layout, WeightLayout::Stored);

@@ -75,6 +75,10 @@ pub enum WeightLayout {
     /// A float32 convolution kernel packed in filter panels, `[ceil(out / 64), in, kh,
     /// kw, 64]`: stored as `[out, in, kh, kw]` (`columns` filters).
     FilterPanels,
+    /// A float32 3x3 convolution kernel in Winograd F(2x2, 3x3) form for channel-blocked
+    /// tensors, `[16, ceil(out / 64), in, 64]`: stored as `[out, in, 3, 3]` (`columns`
+    /// filters).
+    BlockedWinograd,
 }
 
 impl WeightLayout {
@@ -113,6 +117,16 @@ impl WeightLayout {
                 channels.clone(),
                 kernel_h.clone(),
                 kernel_w.clone(),
+            ]),
+            (
+                WeightLayout::BlockedWinograd,
+                [Dim::Static(16), Dim::Static(panels), channels, Dim::Static(64)],
+                Some(columns),
+            ) if holds(*panels, columns) => Some(vec![
+                Dim::Static(columns),
+                channels.clone(),
+                Dim::Static(3),
+                Dim::Static(3),
             ]),
             _ => None,
         }

@@ -80,6 +80,7 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
             }
             WeightLayout::Winograd => winograd(view.shape(), view.data(), WinogradTile::Two)?,
             WeightLayout::Winograd4 => winograd(view.shape(), view.data(), WinogradTile::Four)?,
+            WeightLayout::BlockedWinograd => blocked_winograd(view.shape(), view.data())?,
         };
         // The library does not check the weights it is passed (the driver drops the VM's
         // checks of what relax-runtime checks), so a packed form must be the one it takes.
@@ -123,6 +124,17 @@ fn winograd(shape: &[usize], data: &[u8], tile: WinogradTile) -> Result<Tensor> 
     let kernels = floats(data);
     let transformed = crate::kernels::winograd_weights(&kernels, filters, channels, tile);
     Tensor::from_slice(&transformed, &[tile.values(), channels, filters])
+}
+
+/// The Winograd F(2x2, 3x3) form for channel-blocked tensors (`[16, ceil(out / 64), in,
+/// 64]`) of float32 3x3 kernels stored `[out, in, 3, 3]` (the shape was checked).
+fn blocked_winograd(shape: &[usize], data: &[u8]) -> Result<Tensor> {
+    let (filters, channels) = (shape[0], shape[1]);
+    let transformed = crate::kernels::blocked_winograd_weights(&floats(data), filters, channels);
+    Tensor::from_slice(
+        &transformed,
+        &[16, filters.div_ceil(PANEL), channels, PANEL],
+    )
 }
 
 /// The little-endian float32 values of a weight (its dtype was checked).
@@ -299,6 +311,45 @@ mod tests {
             assert_eq!(packed[k * 64..k * 64 + 3], [k as f32, 9.0 + k as f32, 0.0]);
         }
         for shape in ["[2, 1, 3, 3, 64]", "[1, 1, 3, 3, 32]", "[1, 1, 3, 64]"] {
+            let error = load(&signature(shape), Some(&kernels_file(&values)))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("which that layout cannot be"),
+                "{shape}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_kernel_is_transformed_to_blocked_winograd_form_at_load_or_refused_when_it_does_not_fit() {
+        // Two filters of one channel (`kernels_file`: [2, 1, 3, 3]).
+        let values: Vec<f32> = (0..18).map(|value| value as f32 * 0.5 - 3.0).collect();
+        let signature = |shape: &str| {
+            let json = format!(
+                r#"{{"model": "m", "tvm_version": "0.27.0.post1", "target": "{{}}", "functions": [
+                {{"name": "main", "inputs": [], "outputs": [], "returns_tuple": false,
+                  "weights": [{{"name": "k", "dtype": "float32", "shape": {shape}, "layout": "blocked_winograd", "columns": 2}}]}}]}}"#
+            );
+            ModelSignature::from_json("m", &json).unwrap()
+        };
+        let weights = load(&signature("[16, 1, 1, 64]"), Some(&kernels_file(&values))).unwrap();
+        assert_eq!(weights[0][0].shape(), [16, 1, 1, 64]);
+        let transformed = weights[0][0].as_slice::<f32>().unwrap();
+        // U[ξ] of filter f at ξ * 64 + f, as winograd's `[16, in, out]` has it at ξ * 2 + f.
+        let plain = crate::kernels::winograd_weights(&values, 2, 1, WinogradTile::Two);
+        for xi in 0..16 {
+            assert_eq!(
+                transformed[xi * 64..xi * 64 + 3],
+                [plain[xi * 2], plain[xi * 2 + 1], 0.0]
+            );
+        }
+        for shape in [
+            "[16, 2, 1, 64]",
+            "[36, 1, 1, 64]",
+            "[16, 1, 1, 32]",
+            "[16, 1, 64]",
+        ] {
             let error = load(&signature(shape), Some(&kernels_file(&values)))
                 .unwrap_err()
                 .to_string();

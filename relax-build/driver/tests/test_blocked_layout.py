@@ -142,6 +142,42 @@ class Blocked(unittest.TestCase):
         vm = relax.VirtualMachine(packed, tvm.cpu())
         np.testing.assert_array_equal(vm["main"]().numpy(), offload.filter_panels_of(weight))
 
+    def test_a_3x3_kernel_over_a_mid_sized_plane_is_taken_in_blocked_winograd_form(self):
+        # 128 channels onto 144 filters: over 14x14 (49 2x2 tiles) Winograd F(2x2, 3x3),
+        # its transform in panels of 64 filters; over 7x7 (16 tiles) filter panels.
+        @tvm.script.ir_module
+        class Planes:
+            @R.function
+            def main(
+                x: R.Tensor((1, 128, 14, 14), "float32"),
+                y: R.Tensor((1, 128, 7, 7), "float32"),
+                w1: R.Tensor((144, 128, 3, 3), "float32"),
+                w2: R.Tensor((144, 128, 3, 3), "float32"),
+            ):
+                R.func_attr({"num_input": 2})
+                with R.dataflow():
+                    a = R.nn.relu(R.nn.conv2d(x, w1, padding=[1, 1, 1, 1]))
+                    b = R.nn.relu(R.nn.conv2d(y, w2, padding=[1, 1, 1, 1]))
+                    R.output(a, b)
+                return (a, b)
+
+        module, converted = blocked_layout.convert(Planes, X86)
+        self.assertTrue(converted)
+        module, layouts = offload.rewrite(module, None)
+        self.assertEqual(
+            layouts["main"],
+            {2: {"layout": "blocked_winograd", "columns": 144}, 3: {"layout": "filter_panels", "columns": 144}},
+        )
+        params = module["main"].params
+        self.assertEqual([int(d) for d in offload.dims(params[2])], [16, 3, 128, 64])
+        self.assertEqual([int(d) for d in offload.dims(params[3])], [3, 128, 3, 3, 64])
+        kernels = []
+        relax.analysis.post_order_visit(
+            module["main"].body, lambda expr: kernels.append(expr) if offload.packed_name(expr) else None
+        )
+        # Each convolution takes its parameter as it is (nothing packed per call).
+        self.assertEqual([call.args[1].fields[1] for call in kernels], [params[2], params[3]])
+
     def test_a_per_channel_operand_of_rank_3_is_reshaped_to_rank_4(self):
         # How ONNX writes a batch norm's scale: ConvertLayout would keep the product NCHW.
         x = relax.Var("x", relax.TensorType([1, 32, 8, 8], "float32"))

@@ -51,7 +51,7 @@ const MAX_TILES: usize = SEGMENT.div_ceil(MAX_PIXELS_PER_TILE / (PANEL / BLOCK))
 /// tiles within rows left a tile of 1 pixel in each row of a 7x7 plane, and took 1.16-1.19x
 /// the time on ResNet-50's 7x7 layers, 1.01-1.10x on the others (one thread, in one
 /// process).
-const SEGMENT: usize = 72;
+pub(super) const SEGMENT: usize = 72;
 
 /// The most weights (bytes) that the tiles of a segment sum over before they store their
 /// sums and resume with the next channels: the weights of a pass are read by every tile
@@ -77,27 +77,47 @@ thread_local! {
 /// Where one image's (blocked, maybe padded) input lies: pixel `(y, x)` of block `b` at
 /// `data + (b * height + y) * width * 16 + x * 16`, in padded coordinates.
 #[derive(Clone, Copy)]
-struct Source {
-    data: Shared,
-    height: usize,
-    width: usize,
+pub(super) struct Source {
+    pub(super) data: Shared,
+    pub(super) height: usize,
+    pub(super) width: usize,
+}
+
+/// Where the weights of filter `f` of panel `p` for channel `c` and tap `t` lie: at
+/// `panel_stride * p + channel_stride * c + 64 t + f`.
+#[derive(Clone, Copy)]
+pub(super) struct WeightStrides {
+    pub(super) panel: usize,
+    pub(super) channel: usize,
+}
+
+impl WeightStrides {
+    /// Those of filter panels (`[ceil(F / 64), C, kh, kw, 64]`).
+    fn filter_panels(shape: &Conv2d) -> WeightStrides {
+        let kernel_size = shape.kernel.0 * shape.kernel.1;
+        WeightStrides {
+            panel: shape.channels * kernel_size * PANEL,
+            channel: kernel_size * PANEL,
+        }
+    }
 }
 
 /// What the tiles of one image share.
-struct ImageTiles<'a> {
-    shape: &'a Conv2d,
-    source: Source,
+pub(super) struct ImageTiles<'a> {
+    pub(super) shape: &'a Conv2d,
+    pub(super) source: Source,
     /// Offsets (values) of each kernel tap from a pixel's first input, in the source.
-    taps: &'a [usize],
-    /// Filter panels of the convolution's kernel.
-    panels: Shared,
+    pub(super) taps: &'a [usize],
+    /// The convolution's kernel, in panels of 64 filters laid out as `strides` say.
+    pub(super) panels: Shared,
+    pub(super) strides: WeightStrides,
     /// This image's output, `[F / 16, OH, OW, 16]`.
-    out: Shared,
-    residual: Option<Shared>,
-    per_filter: Option<PerFilter<'a>>,
-    epilogue: Epilogue,
-    output: (usize, usize),
-    avx512: bool,
+    pub(super) out: Shared,
+    pub(super) residual: Option<Shared>,
+    pub(super) per_filter: Option<PerFilter<'a>>,
+    pub(super) epilogue: Epilogue,
+    pub(super) output: (usize, usize),
+    pub(super) avx512: bool,
 }
 
 /// `out = epilogue(conv2d(x, w) * scale + shift + residual)` with `out` (and `residual`)
@@ -204,6 +224,7 @@ pub(crate) unsafe fn blocked_conv(
                 source,
                 taps: &taps,
                 panels: Shared(w.cast_mut()),
+                strides: WeightStrides::filter_panels(shape),
                 out: Shared(out.at(image * output_image)),
                 residual: residual.map(|residual| Shared(residual.at(image * output_image))),
                 per_filter,
@@ -288,7 +309,7 @@ impl ImageTiles<'_> {
     ///
     /// # Safety
     /// As [`blocked_conv`]; that output is written by no other thread.
-    unsafe fn compute(&self, panel: usize, pixels: std::ops::Range<usize>) {
+    pub(super) unsafe fn compute(&self, panel: usize, pixels: std::ops::Range<usize>) {
         let shape = self.shape;
         let (output_height, output_width) = self.output;
         let vectors = ((shape.filters - panel * PANEL) / BLOCK).min(PANEL / BLOCK);
@@ -339,9 +360,9 @@ impl ImageTiles<'_> {
                     // The panel's weights of channel `first_block * 16`, tap 0.
                     w: self
                         .panels
-                        .at((panel * shape.channels + first_block * BLOCK) * kernel_size * PANEL)
+                        .at(panel * self.strides.panel + first_block * BLOCK * self.strides.channel)
                         .cast_const(),
-                    channel_stride: kernel_size * PANEL,
+                    channel_stride: self.strides.channel,
                     out: Shared(self.out.at(offset)),
                     block_out_stride: output_height * output_width * BLOCK,
                     resume: first_block > 0,

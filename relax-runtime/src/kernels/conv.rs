@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::blocked::{blocked_conv, BLOCK};
+use super::blocked_winograd;
 use super::caches::level2_bytes;
 use super::depthwise::{depthwise_plane, Plane};
 use super::edges::{copy_short, fill_zero, inside_columns};
@@ -409,8 +410,10 @@ pub(crate) struct Operands<'a> {
 /// How a convolution is computed: by [`conv2d_into`] (the kernel as given), by
 /// [`depthwise_conv`] (one input channel per group), by [`winograd_conv`] (the kernel
 /// in that variant's Winograd form), by [`filter_panels_conv`] (the kernel packed in
-/// filter panels), or by [`blocked_conv`] (a channel-blocked output, from a blocked or
-/// an NCHW input, the kernel in filter panels; with AVX-512 tiles when `avx512`).
+/// filter panels), by [`blocked_conv`] (a channel-blocked output, from a blocked or
+/// an NCHW input, the kernel in filter panels; with AVX-512 tiles when `avx512`), or by
+/// [`blocked_winograd::blocked_winograd`] (blocked input and output, the kernel in that
+/// module's Winograd form; its products on the same tiles).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Algorithm {
     Unfolded,
@@ -418,12 +421,13 @@ enum Algorithm {
     Winograd(Tile),
     FilterPanels,
     Blocked { input_blocked: bool, avx512: bool },
+    BlockedWinograd { avx512: bool },
 }
 
 impl Algorithm {
     /// # Safety
-    /// As [`conv2d_into`], [`depthwise_conv`], [`winograd_conv`], [`filter_panels_conv`]
-    /// or [`blocked_conv`] (this algorithm's).
+    /// As [`conv2d_into`], [`depthwise_conv`], [`winograd_conv`], [`filter_panels_conv`],
+    /// [`blocked_conv`] or [`blocked_winograd::blocked_winograd`] (this algorithm's).
     unsafe fn convolve(
         self,
         shape: &Conv2d,
@@ -441,6 +445,9 @@ impl Algorithm {
                     input_blocked,
                     avx512,
                 } => blocked_conv(shape, input_blocked, avx512, operands, executor),
+                Algorithm::BlockedWinograd { avx512 } => {
+                    blocked_winograd::blocked_winograd(shape, avx512, operands, executor)
+                }
             }
         }
     }
@@ -995,9 +1002,16 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     }
     let whole_blocks =
         |view: &super::tensor::View<'_>| view.shape.len() != 5 || view.shape[4] == BLOCK as i64;
-    if !whole_blocks(&x) || !whole_blocks(&out) || (blocked && w.shape.len() != 5) {
+    // `[16, ceil(out / 64), in, 64]` onto a blocked output: the blocked Winograd form
+    // (see `blocked_winograd`).
+    let blocked_winograd_form =
+        blocked && w.shape.len() == 4 && w.shape[0] == 16 && w.shape[3] == PANEL as i64;
+    if !whole_blocks(&x)
+        || !whole_blocks(&out)
+        || (blocked && w.shape.len() != 5 && !blocked_winograd_form)
+    {
         return Err(format!(
-            "{name}: a blocked convolution takes blocks of {BLOCK} channels and its kernel in filter panels: x {:?}, w {:?}, out {:?}",
+            "{name}: a blocked convolution takes blocks of {BLOCK} channels and its kernel in filter panels (or in blocked Winograd F(2x2, 3x3) form, [16, ceil(out / 64), in, 64]): x {:?}, w {:?}, out {:?}",
             x.shape, w.shape, out.shape
         ));
     }
@@ -1011,7 +1025,17 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
             w.shape.len()
         ));
     }
-    let algorithm = if blocked {
+    let algorithm = if blocked_winograd_form {
+        if !input_blocked {
+            return Err(format!(
+                "{name}: a blocked Winograd convolution takes a blocked input: x {:?}",
+                x.shape
+            ));
+        }
+        Algorithm::BlockedWinograd {
+            avx512: avx512_available(),
+        }
+    } else if blocked {
         Algorithm::Blocked {
             input_blocked,
             avx512: avx512_available(),
@@ -1057,12 +1081,12 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         width: dim(&x, 3),
         filters: if winograd {
             dim(&w, 2)
-        } else if packed {
+        } else if packed || blocked_winograd_form {
             dim(&out, 1) * if blocked { BLOCK } else { 1 }
         } else {
             dim(&w, 0)
         },
-        kernel: if winograd {
+        kernel: if winograd || blocked_winograd_form {
             (3, 3)
         } else {
             (dim(&w, 2), dim(&w, 3))
@@ -1075,12 +1099,23 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     let fits = groups > 0
         && shape.channels.is_multiple_of(groups)
         && shape.filters.is_multiple_of(groups)
-        && dim(&w, 1) * groups == shape.channels
+        && (if blocked_winograd_form {
+            w.shape
+                == [
+                    16,
+                    shape.filters.div_ceil(PANEL) as i64,
+                    shape.channels as i64,
+                    PANEL as i64,
+                ]
+        } else {
+            dim(&w, 1) * groups == shape.channels
+        })
         && (!winograd || (shape.stride, shape.dilation, groups) == ((1, 1), (1, 1), 1))
         && (!packed
             || (groups == 1 && dim(&w, 0) == shape.filters.div_ceil(PANEL) && dim(&w, 4) == PANEL))
         && vectors.iter().all(|vector| vector.len() == shape.filters)
         && (!blocked || groups == 1)
+        && (!blocked_winograd_form || blocked_winograd::computes(&shape))
         && residual.is_none_or(|residual| residual.shape == out.shape)
         && shape.output().is_some_and(|(height, width)| {
             let (batch, filters) = (shape.batch as i64, shape.filters as i64);
@@ -1137,7 +1172,9 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     let residual = residual.map(|residual| residual.data.cast_const());
     // SAFETY: every shape was checked against the others above (for Winograd: a 3x3
     // kernel, stride 1, no dilation, one group; for filter panels: one group, the panels
-    // of the output's filters; blocked: whole blocks of channels in `x` and `out`).
+    // of the output's filters; blocked: whole blocks of channels in `x` and `out`; blocked
+    // Winograd: also a blocked `x`, what `blocked_winograd::computes`, and the form's
+    // `[16, ceil(F / 64), C, 64]`).
     unsafe {
         algorithm.convolve(
             &shape,

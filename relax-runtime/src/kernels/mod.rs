@@ -33,6 +33,7 @@
 //! shapes, contiguity) before any memory is touched: a mismatch is a TVM error, not UB.
 
 mod blocked;
+mod blocked_winograd;
 mod caches;
 mod conv;
 mod depthwise;
@@ -56,6 +57,7 @@ use crate::api::Api;
 use crate::globals;
 use crate::sys;
 
+pub(crate) use blocked_winograd::transform_weights as blocked_winograd_weights;
 pub(crate) use epilogue::Epilogue;
 pub(crate) use panels::{pack as pack_panels, PANEL};
 pub(crate) use tensor::Arguments;

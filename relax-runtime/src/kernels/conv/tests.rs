@@ -364,6 +364,83 @@ fn blocked_convolutions_match_naive_loops() {
 }
 
 #[test]
+fn blocked_winograd_convolutions_match_naive_loops() {
+    let cases = [
+        shape(16, 12, 16, 3, 1, 1, 1, 1), // same padding, one block (13 columns: odd)
+        shape(32, 7, 80, 3, 1, 1, 1, 1),  // a panel and a partial one (80), 7x8 output
+        shape(48, 9, 32, 3, 1, 0, 1, 1),  // no padding: 7x8 output
+        shape(16, 6, 144, 3, 1, 2, 1, 1), // padding 2 (a patch wholly outside)
+        shape(64, 30, 64, 3, 1, 1, 1, 1), // 15x16 tiles: more than one segment of them
+        Conv2d {
+            padding: (0, 0, 1, 1), // TensorFlow's "SAME" (bottom and right only)
+            ..shape(16, 10, 32, 3, 1, 0, 1, 1)
+        },
+    ];
+    for case in &cases {
+        assert!(crate::kernels::blocked_winograd::computes(case));
+        let (oh, ow) = case.output().unwrap();
+        let (plane, pixels) = (case.height * case.width, oh * ow);
+        let x = values(case.batch * case.channels * plane, 1);
+        let w = values(case.filters * case.channels * 9, 2);
+        let bias = values(case.filters, 3);
+        let scale = values(case.filters, 4);
+        let residual = values(case.batch * case.filters * pixels, 5);
+        let transformed =
+            crate::kernels::blocked_winograd::transform_weights(&w, case.filters, case.channels);
+        let input = to_blocked(&x, case.batch, case.channels, plane);
+        let blocked_residual = to_blocked(&residual, case.batch, case.filters, pixels);
+        for (with_scale, with_residual, epilogue) in [
+            (false, false, Epilogue::None),
+            (true, true, Epilogue::Relu),
+            (true, false, Epilogue::Silu),
+        ] {
+            let mut expected = naive(case, &x, &w, None);
+            for (index, value) in expected.iter_mut().enumerate() {
+                let filter = (index / pixels) % case.filters;
+                if with_scale {
+                    *value *= scale[filter];
+                }
+                *value += bias[filter];
+                if with_residual {
+                    *value += residual[index];
+                }
+            }
+            epilogue.apply(&mut expected);
+            let expected = to_blocked(&expected, case.batch, case.filters, pixels);
+            for avx512 in [false, crate::kernels::simd::avx512_available()] {
+                let mut out = vec![f32::NAN; expected.len()];
+                let algorithm = Algorithm::BlockedWinograd { avx512 };
+                // SAFETY: the buffers have the sizes `case` describes.
+                unsafe {
+                    algorithm
+                        .convolve(
+                            case,
+                            Operands {
+                                x: input.as_ptr(),
+                                w: transformed.as_ptr(),
+                                per_filter: Some(PerFilter {
+                                    scale: with_scale.then_some(scale.as_slice()),
+                                    shift: &bias,
+                                }),
+                                residual: with_residual.then_some(blocked_residual.as_ptr()),
+                                epilogue,
+                                out: Shared(out.as_mut_ptr()),
+                            },
+                            three_threads,
+                        )
+                        .unwrap()
+                };
+                assert_close(
+                    &out,
+                    &expected,
+                    &format!("{algorithm:?} {case:?} {epilogue:?}"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn copied_rows_match_a_per_pixel_copy() {
     // Rows of 7 (runs shorter than a chunk) and of 40 (runs of up to 19: chunks of 8,
     // then what is left, also where the row ends before a whole chunk of 16 at stride 2).
@@ -517,6 +594,33 @@ fn the_kernel_takes_blocked_tensors_and_refuses_what_does_not_fit() {
         1,
     )
     .unwrap();
+    // The same through the blocked Winograd form, against the filter panels.
+    let w16 = values(16 * 16 * 9, 4);
+    let direct = call_conv2d_shaped(
+        (&mut blocked_x.clone(), &mut [1, 1, 6, 6, 16]),
+        (
+            &mut crate::kernels::pack_panels(144, 16, |k, f| w16[f * 144 + k]),
+            &mut [1, 16, 3, 3, 64],
+        ),
+        &mut [1, 1, 6, 6, 16],
+        1,
+    )
+    .unwrap();
+    let out = call_conv2d_shaped(
+        (&mut blocked_x.clone(), &mut [1, 1, 6, 6, 16]),
+        (
+            &mut crate::kernels::blocked_winograd_weights(&w16, 16, 16),
+            &mut [16, 1, 16, 64],
+        ),
+        &mut [1, 1, 6, 6, 16],
+        1,
+    )
+    .unwrap();
+    assert_close(
+        &out,
+        &direct,
+        "blocked Winograd through the kernel's arguments",
+    );
     let refused = |x_shape: &mut [i64], w_shape: &mut [i64], out_shape: &mut [i64], groups| {
         let mut x = vec![0.0; x_shape.iter().product::<i64>() as usize];
         let mut w = vec![0.0; w_shape.iter().product::<i64>() as usize];
@@ -551,6 +655,25 @@ fn the_kernel_takes_blocked_tensors_and_refuses_what_does_not_fit() {
                 1,
             ),
             "kernel in filter panels",
+        ),
+        // The blocked Winograd form from an NCHW input, or for 32 channels of 16.
+        (
+            refused(
+                &mut [1, 16, 6, 6],
+                &mut [16, 1, 16, 64],
+                &mut [1, 1, 6, 6, 16],
+                1,
+            ),
+            "takes a blocked input",
+        ),
+        (
+            refused(
+                &mut [1, 1, 6, 6, 16],
+                &mut [16, 1, 32, 64],
+                &mut [1, 1, 6, 6, 16],
+                1,
+            ),
+            "shapes do not fit",
         ),
         // Two groups; panels for 2 channels of a 16-channel input; 2 panels for 16 filters.
         (
