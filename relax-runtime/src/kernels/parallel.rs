@@ -231,7 +231,7 @@ mod tests {
                 "{units} inline"
             );
             // More tasks than `for_each_unit` balances: split statically.
-            assert!(70 > MAX_SHARING_TASKS);
+            const { assert!(70 > MAX_SHARING_TASKS) };
             assert_eq!(
                 runs(threads::<70>, false, units),
                 vec![1; units],
