@@ -263,10 +263,22 @@ mod tests {
     }
 
     fn kernels_signature(shape: &str, layout: &str) -> ModelSignature {
+        signature_with_weight(&format!(r#""shape": {shape}, "layout": "{layout}""#))
+    }
+
+    /// The signature of a weight `k` packed in `layout` as `shape`, of `columns` filters.
+    fn packed_kernels_signature(shape: &str, layout: &str, columns: usize) -> ModelSignature {
+        signature_with_weight(&format!(
+            r#""shape": {shape}, "layout": "{layout}", "columns": {columns}"#
+        ))
+    }
+
+    /// The signature of one function taking one float32 weight `k` described by `fields`.
+    fn signature_with_weight(fields: &str) -> ModelSignature {
         let json = format!(
             r#"{{"model": "m", "tvm_version": "0.27.0.post1", "target": "{{}}", "functions": [
             {{"name": "main", "inputs": [], "outputs": [], "returns_tuple": false,
-              "weights": [{{"name": "k", "dtype": "float32", "shape": {shape}, "layout": "{layout}"}}]}}]}}"#
+              "weights": [{{"name": "k", "dtype": "float32", {fields}}}]}}]}}"#
         );
         ModelSignature::from_json("m", &json).unwrap()
     }
@@ -295,14 +307,7 @@ mod tests {
     #[test]
     fn a_convolution_kernel_is_packed_in_filter_panels_at_load_or_refused_when_they_do_not_fit() {
         let values: Vec<f32> = (0..18).map(|value| value as f32).collect();
-        let signature = |shape: &str| {
-            let json = format!(
-                r#"{{"model": "m", "tvm_version": "0.27.0.post1", "target": "{{}}", "functions": [
-                {{"name": "main", "inputs": [], "outputs": [], "returns_tuple": false,
-                  "weights": [{{"name": "k", "dtype": "float32", "shape": {shape}, "layout": "filter_panels", "columns": 2}}]}}]}}"#
-            );
-            ModelSignature::from_json("m", &json).unwrap()
-        };
+        let signature = |shape: &str| packed_kernels_signature(shape, "filter_panels", 2);
         let weights = load(&signature("[1, 1, 3, 3, 64]"), Some(&kernels_file(&values))).unwrap();
         assert_eq!(weights[0][0].shape(), [1, 1, 3, 3, 64]);
         let packed = weights[0][0].as_slice::<f32>().unwrap();
@@ -325,14 +330,7 @@ mod tests {
     fn a_kernel_is_transformed_to_blocked_winograd_form_at_load_or_refused_when_it_does_not_fit() {
         // Two filters of one channel (`kernels_file`: [2, 1, 3, 3]).
         let values: Vec<f32> = (0..18).map(|value| value as f32 * 0.5 - 3.0).collect();
-        let signature = |shape: &str| {
-            let json = format!(
-                r#"{{"model": "m", "tvm_version": "0.27.0.post1", "target": "{{}}", "functions": [
-                {{"name": "main", "inputs": [], "outputs": [], "returns_tuple": false,
-                  "weights": [{{"name": "k", "dtype": "float32", "shape": {shape}, "layout": "blocked_winograd", "columns": 2}}]}}]}}"#
-            );
-            ModelSignature::from_json("m", &json).unwrap()
-        };
+        let signature = |shape: &str| packed_kernels_signature(shape, "blocked_winograd", 2);
         let weights = load(&signature("[16, 1, 1, 64]"), Some(&kernels_file(&values))).unwrap();
         assert_eq!(weights[0][0].shape(), [16, 1, 1, 64]);
         let transformed = weights[0][0].as_slice::<f32>().unwrap();

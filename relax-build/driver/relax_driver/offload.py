@@ -709,33 +709,39 @@ WINOGRAD_MIN_TILES = 36
 WINOGRAD_LAYOUTS = {4: ("winograd4", 36), 2: ("winograd", 16)}
 
 
-def static_convolution(name, args, out_ty):
-    """For a convolution kernel call `name(args)` whose kernel and output sizes are
-    static: `(filters, channels, kernel_h, kernel_w, output height, output width)` and
-    its ints `(stride_h, stride_w, top, left, bottom, right, dilation_h, dilation_w,
-    groups)`; else None."""
+def static_convolution(name, args, out_ty, out_rank=4):
+    """For a convolution kernel call `name(args)` with an OIHW kernel and an output of
+    rank `out_rank` (4: NCHW, 5: blocked) whose kernel and output sizes are static:
+    `(filters, channels, kernel_h, kernel_w, output height, output width)` and its ints
+    `(stride_h, stride_w, top, left, bottom, right, dilation_h, dilation_w, groups)`;
+    else None."""
     if name is None or name.removesuffix(RESIDUAL) not in CONV:
         return None
     w_dims, out_dims = dims(args[1]), dims_of_type(out_ty)
-    if w_dims is None or out_dims is None or len(w_dims) != 4 or len(out_dims) != 4:
+    if w_dims is None or out_dims is None or len(w_dims) != 4 or len(out_dims) != out_rank:
         return None
-    static = static_ints(w_dims + out_dims[2:])
+    static = static_ints(w_dims + out_dims[2:4])
     if static is None:
         return None
     at = len(args) + epilogue_index(name)
     return static, [int(a.value) for a in args[at - 9 : at]]
 
 
+def winograd_shaped(convolution):
+    """Whether `static_convolution`'s `convolution` has what Winograd F(m x m, 3x3)
+    computes: a 3x3 kernel, stride 1, no dilation, one group."""
+    (_, _, kernel_h, kernel_w, _, _), ints = convolution
+    stride_h, stride_w, _, _, _, _, dilation_h, dilation_w, groups = ints
+    return (kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, groups) == (3, 3, 1, 1, 1, 1, 1)
+
+
 def winograd_tile(name, args, out_ty):
     """The side of the output tiles of the Winograd variant that computes the kernel call
     `name(args)` best (4 or 2), or None when im2col does."""
     convolution = static_convolution(name, args, out_ty)
-    if convolution is None:
+    if convolution is None or not winograd_shaped(convolution):
         return None
-    (filters, channels, kernel_h, kernel_w, height, width), ints = convolution
-    stride_h, stride_w, _, _, _, _, dilation_h, dilation_w, groups = ints
-    if (kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, groups) != (3, 3, 1, 1, 1, 1, 1):
-        return None
+    (filters, channels, _, _, height, width), _ = convolution
     smaller = min(filters, channels)
     tiles4 = ((height + 3) // 4) * ((width + 3) // 4)
     if smaller >= WINOGRAD4_MIN_CHANNELS and tiles4 >= WINOGRAD4_MIN_TILES:
@@ -843,20 +849,10 @@ def blocked_winograd(name, args, out_ty):
     """Whether the kernel call `name(args)`, with an OIHW kernel of static sizes, is a
     blocked convolution that Winograd F(2x2, 3x3) computes best (see
     `BLOCKED_WINOGRAD_MIN_CHANNELS`)."""
-    if not blocked_convolution(name, args, out_ty):
+    convolution = static_convolution(name, args, out_ty, out_rank=5)
+    if convolution is None or not winograd_shaped(convolution):
         return False
-    w_dims, out_dims = dims(args[1]), dims_of_type(out_ty)
-    if w_dims is None or len(w_dims) != 4:
-        return False
-    static = static_ints(w_dims + out_dims[2:4])
-    if static is None:
-        return False
-    filters, channels, kernel_h, kernel_w, height, width = static
-    at = len(args) + epilogue_index(name)
-    ints = [int(a.value) for a in args[at - 9 : at]]
-    stride_h, stride_w, _, _, _, _, dilation_h, dilation_w, groups = ints
-    if (kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, groups) != (3, 3, 1, 1, 1, 1, 1):
-        return False
+    (filters, channels, _, _, height, width), _ = convolution
     tiles = ((height + 1) // 2) * ((width + 1) // 2)
     return (
         channels % 16 == 0

@@ -84,6 +84,13 @@ def kernel_calls(function):
     return dict(calls), len(transforms)
 
 
+def kernel_call_list(function):
+    """The function's kernel calls, in order."""
+    kernels = []
+    relax.analysis.post_order_visit(function.body, lambda expr: kernels.append(expr) if offload.packed_name(expr) else None)
+    return kernels
+
+
 class Blocked(unittest.TestCase):
     def test_a_residual_block_runs_on_blocked_tensors_with_everything_folded(self):
         module, converted = blocked_layout.convert(Residual, X86)
@@ -171,10 +178,7 @@ class Blocked(unittest.TestCase):
         params = module["main"].params
         self.assertEqual([int(d) for d in offload.dims(params[2])], [16, 3, 128, 64])
         self.assertEqual([int(d) for d in offload.dims(params[3])], [3, 128, 3, 3, 64])
-        kernels = []
-        relax.analysis.post_order_visit(
-            module["main"].body, lambda expr: kernels.append(expr) if offload.packed_name(expr) else None
-        )
+        kernels = kernel_call_list(module["main"])
         # Each convolution takes its parameter as it is (nothing packed per call).
         self.assertEqual([call.args[1].fields[1] for call in kernels], [params[2], params[3]])
 
@@ -230,10 +234,7 @@ class Blocked(unittest.TestCase):
         module, converted = blocked_layout.convert(builder.get(), X86)
         self.assertTrue(converted)
         module, layouts = offload.rewrite(module, None)
-        kernels = []
-        relax.analysis.post_order_visit(
-            module["main"].body, lambda expr: kernels.append(expr) if offload.packed_name(expr) else None
-        )
+        kernels = kernel_call_list(module["main"])
         (kernel,) = kernels
         constant = kernel.args[1].fields[1]
         self.assertIsInstance(constant, tvm.ir.Constant)

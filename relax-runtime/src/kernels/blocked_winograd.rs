@@ -156,6 +156,29 @@ pub(crate) unsafe fn blocked_winograd(
     reuse(&TRANSFORMED, |(v_buffer, m_buffer)| {
         let v = Shared(prefix(v_buffer, v_len).as_mut_ptr());
         let m = Shared(prefix(m_buffer, m_len).as_mut_ptr());
+        // The products' tiles, the same for every image (V and M are reused).
+        let products: Vec<ImageTiles<'_>> = (0..VALUES)
+            .map(|xi| ImageTiles {
+                shape: &product,
+                source: Source {
+                    data: Shared(v.at(xi * v_len / VALUES)),
+                    height: 1,
+                    width: tiles,
+                },
+                taps: &[0],
+                panels: Shared(Shared(w.cast_mut()).at(xi * panels * shape.channels * PANEL)),
+                strides: WeightStrides {
+                    panel: shape.channels * PANEL,
+                    channel: PANEL,
+                },
+                out: Shared(m.at(xi * m_len / VALUES)),
+                residual: None,
+                per_filter: None,
+                epilogue: Epilogue::None,
+                output: (1, tiles),
+                avx512,
+            })
+            .collect();
         for image in 0..shape.batch {
             let image_x = Shared(x.at(image * input_image));
             // 1. V, per block of channels and row of tiles.
@@ -167,28 +190,6 @@ pub(crate) unsafe fn blocked_winograd(
                 unsafe { transform_input(shape, &plan, image_x, v, block, tile_row) };
             })?;
             // 2. M[ξ] = V[ξ] U[ξ].
-            let products: Vec<ImageTiles<'_>> = (0..VALUES)
-                .map(|xi| ImageTiles {
-                    shape: &product,
-                    source: Source {
-                        data: Shared(v.at(xi * v_len / VALUES)),
-                        height: 1,
-                        width: tiles,
-                    },
-                    taps: &[0],
-                    panels: Shared(Shared(w.cast_mut()).at(xi * panels * shape.channels * PANEL)),
-                    strides: WeightStrides {
-                        panel: shape.channels * PANEL,
-                        channel: PANEL,
-                    },
-                    out: Shared(m.at(xi * m_len / VALUES)),
-                    residual: None,
-                    per_filter: None,
-                    epilogue: Epilogue::None,
-                    output: (1, tiles),
-                    avx512,
-                })
-                .collect();
             for_each_unit(executor, inline, product_units, &|unit| {
                 let (xi, unit) = (unit / (panels * segments), unit % (panels * segments));
                 let (panel, segment) = (unit / segments, unit % segments);

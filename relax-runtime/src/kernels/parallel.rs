@@ -164,9 +164,9 @@ pub(crate) fn test_values(count: usize, seed: u64, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-/// An executor on three scoped OS threads, for testing the kernels without TVM.
+/// An executor on `TASKS` scoped OS threads, for testing the kernels without TVM.
 #[cfg(test)]
-pub(crate) fn three_threads(
+pub(crate) fn threads<const TASKS: usize>(
     inline: bool,
     body: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<(), String> {
@@ -175,11 +175,20 @@ pub(crate) fn three_threads(
         return Ok(());
     }
     std::thread::scope(|scope| {
-        for task in 0..3 {
-            scope.spawn(move || body(task, 3));
+        for task in 0..TASKS {
+            scope.spawn(move || body(task, TASKS));
         }
     });
     Ok(())
+}
+
+/// [`threads`] on three threads.
+#[cfg(test)]
+pub(crate) fn three_threads(
+    inline: bool,
+    body: &(dyn Fn(usize, usize) + Sync),
+) -> Result<(), String> {
+    threads::<3>(inline, body)
 }
 
 #[cfg(test)]
@@ -188,24 +197,7 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Duration;
 
-    use super::{chunk, for_each_unit, three_threads, MAX_SHARING_TASKS};
-
-    /// An executor on `TASKS` scoped OS threads.
-    fn threads<const TASKS: usize>(
-        inline: bool,
-        body: &(dyn Fn(usize, usize) + Sync),
-    ) -> Result<(), String> {
-        if inline {
-            body(0, 1);
-            return Ok(());
-        }
-        std::thread::scope(|scope| {
-            for task in 0..TASKS {
-                scope.spawn(move || body(task, TASKS));
-            }
-        });
-        Ok(())
-    }
+    use super::{chunk, for_each_unit, threads, three_threads, MAX_SHARING_TASKS};
 
     /// How many times `for_each_unit` ran each of `units` units on `executor`.
     fn runs(executor: super::Executor, inline: bool, units: usize) -> Vec<usize> {

@@ -290,75 +290,95 @@ fn blocked_convolutions_match_naive_loops() {
         .map(|case| (case, true))
         .chain(from_nchw.iter().map(|case| (case, false)));
     for (case, input_blocked) in all {
-        let (oh, ow) = case.output().unwrap();
-        let (plane, pixels) = (case.height * case.width, oh * ow);
-        let x = values(case.batch * case.channels * plane, 1);
-        let w = values(
-            case.filters * case.channels * case.kernel.0 * case.kernel.1,
-            2,
-        );
-        let bias = values(case.filters, 3);
-        let scale = values(case.filters, 4);
-        let residual = values(case.batch * case.filters * pixels, 5);
         let depth = case.channels * case.kernel.0 * case.kernel.1;
-        let panels = crate::kernels::pack_panels(depth, case.filters, |k, f| w[f * depth + k]);
-        let input = if input_blocked {
-            to_blocked(&x, case.batch, case.channels, plane)
-        } else {
-            x.clone()
-        };
-        let blocked_residual = to_blocked(&residual, case.batch, case.filters, pixels);
-        for (with_scale, with_residual, epilogue) in [
-            (false, false, Epilogue::None),
-            (true, true, Epilogue::Relu),
-            (false, true, Epilogue::Relu6),
-            (true, false, Epilogue::Silu),
-        ] {
-            let mut expected = naive(case, &x, &w, None);
-            for (index, value) in expected.iter_mut().enumerate() {
-                let filter = (index / pixels) % case.filters;
-                if with_scale {
-                    *value *= scale[filter];
-                }
-                *value += bias[filter];
-                if with_residual {
-                    *value += residual[index];
-                }
+        check_blocked_algorithm(
+            case,
+            input_blocked,
+            |w| crate::kernels::pack_panels(depth, case.filters, |k, f| w[f * depth + k]),
+            |avx512| Algorithm::Blocked {
+                input_blocked,
+                avx512,
+            },
+            &[
+                (false, false, Epilogue::None),
+                (true, true, Epilogue::Relu),
+                (false, true, Epilogue::Relu6),
+                (true, false, Epilogue::Silu),
+            ],
+        );
+    }
+}
+
+/// Checks `algorithm(avx512)`, with portable and (where the CPU has them) AVX-512 tiles,
+/// against naive loops on `case`: the kernel in the form `kernel_form` makes of the OIHW
+/// one, the input blocked (or NCHW: `input_blocked`), the output and residual blocked, a
+/// bias, and per `(scale, residual, epilogue)` of `finishes` a scale and a residual or not.
+fn check_blocked_algorithm(
+    case: &Conv2d,
+    input_blocked: bool,
+    kernel_form: impl Fn(&[f32]) -> Vec<f32>,
+    algorithm: impl Fn(bool) -> Algorithm,
+    finishes: &[(bool, bool, Epilogue)],
+) {
+    let (oh, ow) = case.output().unwrap();
+    let (plane, pixels) = (case.height * case.width, oh * ow);
+    let x = values(case.batch * case.channels * plane, 1);
+    let w = values(
+        case.filters * case.channels * case.kernel.0 * case.kernel.1,
+        2,
+    );
+    let bias = values(case.filters, 3);
+    let scale = values(case.filters, 4);
+    let residual = values(case.batch * case.filters * pixels, 5);
+    let kernel = kernel_form(&w);
+    let input = if input_blocked {
+        to_blocked(&x, case.batch, case.channels, plane)
+    } else {
+        x.clone()
+    };
+    let blocked_residual = to_blocked(&residual, case.batch, case.filters, pixels);
+    for &(with_scale, with_residual, epilogue) in finishes {
+        let mut expected = naive(case, &x, &w, None);
+        for (index, value) in expected.iter_mut().enumerate() {
+            let filter = (index / pixels) % case.filters;
+            if with_scale {
+                *value *= scale[filter];
             }
-            epilogue.apply(&mut expected);
-            let expected = to_blocked(&expected, case.batch, case.filters, pixels);
-            for avx512 in [false, crate::kernels::simd::avx512_available()] {
-                let mut out = vec![f32::NAN; expected.len()];
-                let algorithm = Algorithm::Blocked {
-                    input_blocked,
-                    avx512,
-                };
-                // SAFETY: the buffers have the sizes `case` describes.
-                unsafe {
-                    algorithm
-                        .convolve(
-                            case,
-                            Operands {
-                                x: input.as_ptr(),
-                                w: panels.as_ptr(),
-                                per_filter: Some(PerFilter {
-                                    scale: with_scale.then_some(scale.as_slice()),
-                                    shift: &bias,
-                                }),
-                                residual: with_residual.then_some(blocked_residual.as_ptr()),
-                                epilogue,
-                                out: Shared(out.as_mut_ptr()),
-                            },
-                            three_threads,
-                        )
-                        .unwrap()
-                };
-                assert_close(
-                    &out,
-                    &expected,
-                    &format!("{algorithm:?} {case:?} {epilogue:?}"),
-                );
+            *value += bias[filter];
+            if with_residual {
+                *value += residual[index];
             }
+        }
+        epilogue.apply(&mut expected);
+        let expected = to_blocked(&expected, case.batch, case.filters, pixels);
+        for avx512 in [false, crate::kernels::simd::avx512_available()] {
+            let mut out = vec![f32::NAN; expected.len()];
+            let algorithm = algorithm(avx512);
+            // SAFETY: the buffers have the sizes `case` describes.
+            unsafe {
+                algorithm
+                    .convolve(
+                        case,
+                        Operands {
+                            x: input.as_ptr(),
+                            w: kernel.as_ptr(),
+                            per_filter: Some(PerFilter {
+                                scale: with_scale.then_some(scale.as_slice()),
+                                shift: &bias,
+                            }),
+                            residual: with_residual.then_some(blocked_residual.as_ptr()),
+                            epilogue,
+                            out: Shared(out.as_mut_ptr()),
+                        },
+                        three_threads,
+                    )
+                    .unwrap()
+            };
+            assert_close(
+                &out,
+                &expected,
+                &format!("{algorithm:?} {case:?} {epilogue:?}"),
+            );
         }
     }
 }
@@ -378,65 +398,17 @@ fn blocked_winograd_convolutions_match_naive_loops() {
     ];
     for case in &cases {
         assert!(crate::kernels::blocked_winograd::computes(case));
-        let (oh, ow) = case.output().unwrap();
-        let (plane, pixels) = (case.height * case.width, oh * ow);
-        let x = values(case.batch * case.channels * plane, 1);
-        let w = values(case.filters * case.channels * 9, 2);
-        let bias = values(case.filters, 3);
-        let scale = values(case.filters, 4);
-        let residual = values(case.batch * case.filters * pixels, 5);
-        let transformed =
-            crate::kernels::blocked_winograd::transform_weights(&w, case.filters, case.channels);
-        let input = to_blocked(&x, case.batch, case.channels, plane);
-        let blocked_residual = to_blocked(&residual, case.batch, case.filters, pixels);
-        for (with_scale, with_residual, epilogue) in [
-            (false, false, Epilogue::None),
-            (true, true, Epilogue::Relu),
-            (true, false, Epilogue::Silu),
-        ] {
-            let mut expected = naive(case, &x, &w, None);
-            for (index, value) in expected.iter_mut().enumerate() {
-                let filter = (index / pixels) % case.filters;
-                if with_scale {
-                    *value *= scale[filter];
-                }
-                *value += bias[filter];
-                if with_residual {
-                    *value += residual[index];
-                }
-            }
-            epilogue.apply(&mut expected);
-            let expected = to_blocked(&expected, case.batch, case.filters, pixels);
-            for avx512 in [false, crate::kernels::simd::avx512_available()] {
-                let mut out = vec![f32::NAN; expected.len()];
-                let algorithm = Algorithm::BlockedWinograd { avx512 };
-                // SAFETY: the buffers have the sizes `case` describes.
-                unsafe {
-                    algorithm
-                        .convolve(
-                            case,
-                            Operands {
-                                x: input.as_ptr(),
-                                w: transformed.as_ptr(),
-                                per_filter: Some(PerFilter {
-                                    scale: with_scale.then_some(scale.as_slice()),
-                                    shift: &bias,
-                                }),
-                                residual: with_residual.then_some(blocked_residual.as_ptr()),
-                                epilogue,
-                                out: Shared(out.as_mut_ptr()),
-                            },
-                            three_threads,
-                        )
-                        .unwrap()
-                };
-                assert_close(
-                    &out,
-                    &expected,
-                    &format!("{algorithm:?} {case:?} {epilogue:?}"),
-                );
-            }
-        }
+        check_blocked_algorithm(
+            case,
+            true,
+            |w| crate::kernels::blocked_winograd::transform_weights(w, case.filters, case.channels),
+            |avx512| Algorithm::BlockedWinograd { avx512 },
+            &[
+                (false, false, Epilogue::None),
+                (true, true, Epilogue::Relu),
+                (true, false, Epilogue::Silu),
+            ],
+        );
     }
 }
 
