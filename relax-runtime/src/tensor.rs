@@ -11,7 +11,7 @@ use crate::object::Object;
 use crate::sys;
 
 /// Alignment of host buffers; TVM's generated kernels assume 64-byte aligned data.
-const ALIGNMENT: usize = 64;
+pub(crate) const ALIGNMENT: usize = 64;
 
 /// An n-dimensional array of one element type on one device.
 ///
@@ -49,7 +49,7 @@ unsafe impl Sync for Tensor {}
 /// The byte size of `dims` elements of `dtype`, if it fits in `isize::MAX`; zero-sized
 /// dims count as one, so that no shape derived from this one by dropping an empty dim
 /// (a model summing it away) can overflow either.
-fn checked_bytes(dims: impl Iterator<Item = usize>, dtype: DType) -> Option<usize> {
+pub(crate) fn checked_bytes(dims: impl Iterator<Item = usize>, dtype: DType) -> Option<usize> {
     let mut elements = 1usize;
     for dim in dims {
         elements = elements.checked_mul(dim.max(1))?;
@@ -365,9 +365,8 @@ pub(crate) struct HostBuffer {
     layout: Layout,
 }
 
-// SAFETY: the buffer is written only in `copy_of`, before it is shared, or, for a model's
-// output (`zeroed`, see outputs.rs), by the model's function that fills it, before the
-// call returns it; after that it is only read (by Rust and by TVM).
+// SAFETY: the buffer is written only in `copy_of`, before it is shared; after that it is
+// only read (by Rust and by TVM).
 unsafe impl Send for HostBuffer {}
 // SAFETY: as above.
 unsafe impl Sync for HostBuffer {}
@@ -384,15 +383,6 @@ impl HostBuffer {
         // overlap `bytes`.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), data.as_ptr(), bytes.len()) };
         HostBuffer { data, layout }
-    }
-
-    /// `size` zero bytes (one when `size` is zero), or None when the allocator has not
-    /// that much (a model's output sized by its caller's inputs: an error, not an abort).
-    fn zeroed(size: usize) -> Option<HostBuffer> {
-        let layout = Layout::from_size_align(size.max(1), ALIGNMENT).ok()?;
-        // SAFETY: the layout has a non-zero size.
-        let data = unsafe { std::alloc::alloc_zeroed(layout) };
-        std::ptr::NonNull::new(data).map(|data| HostBuffer { data, layout })
     }
 
     /// The copied bytes and any padding byte (a zero-length buffer has one).
@@ -425,33 +415,8 @@ unsafe extern "C" fn delete_dlpack(managed: *mut sys::DLManagedTensorVersioned) 
     }
 }
 
-/// A zero-filled CPU tensor of `dtype` and `shape`, as a TVM object: a model's output,
-/// which its function fills (see outputs.rs). Errs when a size is negative or the
-/// tensor would not fit in the address space.
-pub(crate) fn zeroed_tvm_tensor(dtype: DType, shape: &[i64]) -> Result<Object> {
-    let invalid = |what: &str| Error::InvalidTensor {
-        message: format!("an output of shape {shape:?} of {dtype} {what}"),
-    };
-    if shape.iter().any(|&dim| dim < 0) {
-        return Err(invalid("has a negative size"));
-    }
-    let dims = shape
-        .iter()
-        .map(|&dim| usize::try_from(dim).unwrap_or(usize::MAX));
-    let bytes =
-        checked_bytes(dims, dtype).ok_or_else(|| invalid("is larger than the address space"))?;
-    let buffer = HostBuffer::zeroed(bytes).ok_or_else(|| {
-        invalid(&format!(
-            "needs {bytes} bytes, more than could be allocated"
-        ))
-    })?;
-    let buffer = Arc::new(buffer);
-    wrap_host_buffer(&buffer, dtype, &Arc::from(shape))
-}
-
 /// Makes a TVM tensor over a host buffer without copying it.
 fn wrap_host_buffer(buffer: &Arc<HostBuffer>, dtype: DType, shape: &Arc<[i64]>) -> Result<Object> {
-    let api = api::loaded();
     let owner = Box::new(DlpackOwner {
         _buffer: Arc::clone(buffer),
         _shape: Arc::clone(shape),
@@ -474,14 +439,33 @@ fn wrap_host_buffer(buffer: &Arc<HostBuffer>, dtype: DType, shape: &Arc<[i64]>) 
             byte_offset: 0,
         },
     });
-    let managed = Box::into_raw(managed);
+    // SAFETY: a valid DLPack tensor whose buffer and shape outlive it (the owner holds
+    // them), released by its deleter.
+    unsafe { tvm_tensor_from_dlpack(Box::into_raw(managed)) }
+}
+
+/// Hands a DLPack tensor to TVM: its tensor object, which calls the deleter when released.
+///
+/// # Safety
+/// `managed` must be a valid DLPack tensor of compact CPU data that lives until its
+/// deleter is called, and the deleter must release it and what it owns exactly once.
+/// Ownership passes to this function: on failure it calls the deleter itself.
+pub(crate) unsafe fn tvm_tensor_from_dlpack(
+    managed: *mut sys::DLManagedTensorVersioned,
+) -> Result<Object> {
+    let api = api::loaded();
     let mut handle: sys::TVMFFIObjectHandle = std::ptr::null_mut();
-    // SAFETY: `managed` is a valid DLPack tensor whose buffer and shape outlive it (the
-    // owner holds them); on success TVM owns it and calls the deleter once.
+    // SAFETY: `managed` is valid (the caller's contract); on success TVM owns it and
+    // calls the deleter once.
     let status = unsafe { (api.ffi.TVMFFITensorFromDLPackVersioned)(managed, 0, 1, &mut handle) };
     if status != 0 {
-        // SAFETY: on failure ownership stays with us; it is released once here.
-        unsafe { delete_dlpack(managed) };
+        // SAFETY: on failure ownership stays with us; it is released once here, by the
+        // deleter the caller made it with.
+        unsafe {
+            if let Some(deleter) = (*managed).deleter {
+                deleter(managed);
+            }
+        }
         return Err(crate::object::take_raised_error(
             "handing a Rust tensor to TVM".to_string(),
         ));
