@@ -182,6 +182,42 @@ class Blocked(unittest.TestCase):
         # Each convolution takes its parameter as it is (nothing packed per call).
         self.assertEqual([call.args[1].fields[1] for call in kernels], [params[2], params[3]])
 
+    def test_a_convolution_of_a_blocked_input_to_filters_not_whole_blocks_pads_its_kernel(self):
+        # 128 filters (whole blocks), then 40 (two and a half), as SqueezeNet's last layer.
+        @tvm.script.ir_module
+        class Classifier:
+            @R.function
+            def main(
+                x: R.Tensor((1, 64, 14, 14), "float32"),
+                w1: R.Tensor((128, 64, 3, 3), "float32"),
+                w2: R.Tensor((40, 128, 1, 1), "float32"),
+                b2: R.Tensor((40,), "float32"),
+            ):
+                R.func_attr({"num_input": 1})
+                with R.dataflow():
+                    y = R.nn.relu(R.nn.conv2d(x, w1, padding=[1, 1, 1, 1]))
+                    z = R.add(R.nn.conv2d(y, w2), R.reshape(b2, [1, 40, 1, 1]))
+                    out = R.nn.relu(z)
+                    R.output(out)
+                return out
+
+        module, converted = blocked_layout.convert(Classifier, X86)
+        self.assertTrue(converted)
+        # (Its values: SqueezeNet's last layer is one, checked against onnxruntime by
+        # tests/bench_outputs.rs; TVM's own CPU lowering has no blocked convolution.)
+        module, layouts = offload.rewrite(module, None)
+        kernels = kernel_call_list(module["main"])
+        # Both on the blocked kernel; the second onto 3 blocks, sliced to 40 filters.
+        self.assertEqual([offload.rank(call) for call in kernels], [5, 5])
+        self.assertEqual([int(d) for d in offload.dims(kernels[1])], [1, 3, 14, 14, 16])
+        self.assertEqual(layouts["main"][2], {"layout": "filter_panels", "columns": 40})
+        slices = []
+        relax.analysis.post_order_visit(
+            module["main"].body,
+            lambda expr: slices.append(offload.dims(expr)) if offload.op_name(expr) == "relax.strided_slice" else None,
+        )
+        self.assertEqual([[int(d) for d in dims] for dims in slices], [[1, 40, 14, 14]])
+
     def test_a_per_channel_operand_of_rank_3_is_reshaped_to_rank_4(self):
         # How ONNX writes a batch norm's scale: ConvertLayout would keep the product NCHW.
         x = relax.Var("x", relax.TensorType([1, 32, 8, 8], "float32"))
