@@ -145,6 +145,31 @@ class Pools(unittest.TestCase):
             actual = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
             np.testing.assert_allclose(actual, reference_pool(x, size, stride, pad, is_max), rtol=1e-5, atol=1e-6)
 
+    def test_pools_on_blocked_tensors_sum_16_channels_at_a_time_and_match_numpy(self):
+        # [N, C/16, H, W, 16]: the window's loops go outside the 16 channels of a pixel,
+        # which are the innermost loop (LLVM vectorizes it), its initial zeros a vector.
+        shape = [1, 2, 14, 14, 16]
+        cases = [
+            (lambda x: relax.op.nn.avg_pool2d(x, (3, 3), (1, 1), (1, 1), layout="NCHW16c"), 3, 1, 1, False),
+            (lambda x: relax.op.nn.max_pool2d(x, (3, 3), (2, 2), (1, 1), layout="NCHW16c"), 3, 2, 1, True),
+        ]
+        target = tvm.target.Target(TARGET)
+        x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+        nchw = x.transpose(0, 1, 4, 2, 3).reshape(1, 32, 14, 14)
+        for pool, size, stride, pad, is_max in cases:
+            module = pooled(shape, pool)
+            (reduction,) = [
+                function for function in scheduled_functions(module, target) if "T.axis.remap(\"SRR\"" in function.script()
+            ]
+            script = reduction.script()
+            self.assertIn("for ax3_init in T.vectorized(T.int64(16))", script)  # the initial values
+            self.assertRegex(script, r"for ax4, ax5, ax3 in T.grid\(T.int64\(3\), T.int64\(3\), T.int64\(16\)\)")
+            executable = build.compile_module(module, target, {"pipeline": "zero", "opt_level": 3})
+            actual = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+            expected = reference_pool(nchw, size, stride, pad, is_max)
+            expected = expected.reshape(1, 2, 16, *expected.shape[2:]).transpose(0, 1, 3, 4, 2)
+            np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
 
 if __name__ == "__main__":
     unittest.main()
