@@ -27,13 +27,12 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::api::Api;
-use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::globals;
 use crate::object::Object;
 use crate::sys;
-use crate::tensor::{checked_bytes, tvm_tensor_from_dlpack, ALIGNMENT};
+use crate::tensor::{checked_bytes, cpu_dlpack, tvm_tensor_from_dlpack, ALIGNMENT};
 
 /// The global name the driver's rewrite calls.
 pub(crate) const OUTPUT: &str = "relax_runtime.output";
@@ -194,28 +193,17 @@ impl Block {
         unsafe {
             let shape_start = start.as_ptr().add(layout.shape_offset).cast::<i64>();
             std::ptr::copy_nonoverlapping(shape.as_ptr(), shape_start, shape.len());
+            let data = start
+                .as_ptr()
+                .add(layout.data_offset(start.as_ptr() as usize));
             start.cast::<Header>().as_ptr().write(Header {
-                managed: sys::DLManagedTensorVersioned {
-                    version: sys::DLPackVersion {
-                        major: sys::DLPACK_MAJOR_VERSION,
-                        minor: sys::DLPACK_MINOR_VERSION,
-                    },
-                    manager_ctx: std::ptr::null_mut(),
-                    deleter: Some(free_block),
-                    flags: 0,
-                    dl_tensor: sys::DLTensor {
-                        data: start
-                            .as_ptr()
-                            .add(layout.data_offset(start.as_ptr() as usize))
-                            .cast(),
-                        device: Device::cpu().to_dlpack(),
-                        ndim: shape.len() as i32,
-                        dtype: dtype.to_dlpack(),
-                        shape: shape_start,
-                        strides: std::ptr::null_mut(),
-                        byte_offset: 0,
-                    },
-                },
+                managed: cpu_dlpack(
+                    data.cast(),
+                    dtype,
+                    (shape_start, shape.len()),
+                    std::ptr::null_mut(),
+                    free_block,
+                ),
                 layout: layout.whole,
             });
         }

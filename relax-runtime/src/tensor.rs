@@ -421,27 +421,45 @@ fn wrap_host_buffer(buffer: &Arc<HostBuffer>, dtype: DType, shape: &Arc<[i64]>) 
         _buffer: Arc::clone(buffer),
         _shape: Arc::clone(shape),
     });
-    let managed = Box::new(sys::DLManagedTensorVersioned {
+    let managed = Box::new(cpu_dlpack(
+        buffer.data.as_ptr().cast(),
+        dtype,
+        (shape.as_ptr().cast_mut(), shape.len()),
+        Box::into_raw(owner).cast(),
+        delete_dlpack,
+    ));
+    // SAFETY: a valid DLPack tensor whose buffer and shape outlive it (the owner holds
+    // them), released by its deleter.
+    unsafe { tvm_tensor_from_dlpack(Box::into_raw(managed)) }
+}
+
+/// A DLPack tensor of compact CPU data of `dtype` at `data`, its `shape` (dims, count)
+/// and `manager_ctx` kept alive by the owner that `deleter` releases.
+pub(crate) fn cpu_dlpack(
+    data: *mut std::ffi::c_void,
+    dtype: DType,
+    (shape, ndim): (*mut i64, usize),
+    manager_ctx: *mut std::ffi::c_void,
+    deleter: unsafe extern "C" fn(*mut sys::DLManagedTensorVersioned),
+) -> sys::DLManagedTensorVersioned {
+    sys::DLManagedTensorVersioned {
         version: sys::DLPackVersion {
             major: sys::DLPACK_MAJOR_VERSION,
             minor: sys::DLPACK_MINOR_VERSION,
         },
-        manager_ctx: Box::into_raw(owner).cast(),
-        deleter: Some(delete_dlpack),
+        manager_ctx,
+        deleter: Some(deleter),
         flags: 0,
         dl_tensor: sys::DLTensor {
-            data: buffer.data.as_ptr().cast(),
+            data,
             device: Device::cpu().to_dlpack(),
-            ndim: shape.len() as i32,
+            ndim: ndim as i32,
             dtype: dtype.to_dlpack(),
-            shape: shape.as_ptr().cast_mut(),
+            shape,
             strides: std::ptr::null_mut(),
             byte_offset: 0,
         },
-    });
-    // SAFETY: a valid DLPack tensor whose buffer and shape outlive it (the owner holds
-    // them), released by its deleter.
-    unsafe { tvm_tensor_from_dlpack(Box::into_raw(managed)) }
+    }
 }
 
 /// Hands a DLPack tensor to TVM: its tensor object, which calls the deleter when released.
