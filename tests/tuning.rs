@@ -112,18 +112,30 @@ fn records_from_cargo_relax_tune_are_applied_and_keyed() {
     );
 }
 
-/// A model whose source the build script generates (`$OUT_DIR/...`) exists only inside
-/// `cargo build`: `cargo relax` tunes the package's other models, and the commands that
-/// need every model stop, naming it.
+/// A model whose source the build script generates (`$OUT_DIR/...`) exists only in a
+/// build: `cargo relax tune` runs the build script to find it, tuning another model does
+/// not, and the commands that need every model stop, naming it.
 #[test]
-fn cargo_relax_works_on_the_other_models_of_a_package_with_a_generated_source() {
+fn cargo_relax_tune_runs_the_build_script_of_a_generated_source() {
     let app = two_models_tuning_double(
         "generated",
         2,
-        "\n[package.metadata.relax.models.generated]\nsource = \"$OUT_DIR/generated.onnx\"\n",
+        "\n[package.metadata.relax.models.generated]\nsource = \"$OUT_DIR/generated.py\"\n\
+         entry = \"Double\"\ntune = { trials = 2 }\n",
     );
+    std::fs::write(
+        app.dir.join("build.rs"),
+        r#"fn main() {
+    let out_dir = std::path::PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
+    std::fs::copy("models/double.py", out_dir.join("generated.py")).unwrap();
+    println!("cargo::rerun-if-changed=models/double.py");
+    relax_build::compile_models();
+}
+"#,
+    )
+    .unwrap();
     let generated_error =
-        "`package.metadata.relax.models.generated.source`: `$OUT_DIR/generated.onnx` \
+        "`package.metadata.relax.models.generated.source`: `$OUT_DIR/generated.py` \
                            names a file the package's build script generates";
 
     for command in [&["prepare"][..], &["prepare", "--check"], &["info"]] {
@@ -135,20 +147,40 @@ fn cargo_relax_works_on_the_other_models_of_a_package_with_a_generated_source() 
 
     let output = app.cargo_relax(&["tune", "--model", "double"]);
     assert_success(&output, "tuning another model");
-    assert!(app
-        .dir
-        .join(".relax/tuning/double/x86_64-unknown-linux-gnu/database_tuning_record.json")
-        .is_file());
     assert_eq!(
         app.python.starts(),
         ["probe", "driver double"],
-        "the toolchain probed once, then only `double` tuned"
+        "the toolchain probed once, then only `double` tuned: no build script ran"
     );
 
-    // Declaring `tune` on the generated model makes a plain `tune` refuse, naming it.
-    app.append("Cargo.toml", "tune = { trials = 2 }\n");
-    let output = app.cargo_relax(&["tune"]);
-    assert!(!output.status.success());
+    let output = app.cargo_relax(&["tune", "--model", "generated"]);
+    assert_success(&output, "tuning the generated model");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains(generated_error), "{stderr}");
+    assert!(
+        stderr.contains("running the build script of `fixture-two-models-generated`"),
+        "{stderr}"
+    );
+    let later = app.python.starts()[2..].to_vec();
+    assert_eq!(
+        later
+            .iter()
+            .filter(|start| *start == "driver generated")
+            .count(),
+        2,
+        "the build script compiled the generated model, then it was tuned: {later:?}"
+    );
+    assert_eq!(later.last().map(String::as_str), Some("driver generated"));
+    for model in ["double", "generated"] {
+        assert!(app
+            .dir
+            .join(format!(
+                ".relax/tuning/{model}/x86_64-unknown-linux-gnu/database_tuning_record.json"
+            ))
+            .is_file());
+    }
+
+    let output = app.cargo(&["build"]);
+    assert_success(&output, "build with both models' records");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("no tuning records"), "{stderr}");
 }

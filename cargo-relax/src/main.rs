@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod add;
+mod out_dir;
 mod progress;
 
 use clap::{Args, Parser, Subcommand};
@@ -202,22 +203,31 @@ fn run(command: Command_) -> Result<ExitCode, String> {
             trials,
             target,
         } => {
-            let manifest_dir = package.select()?.manifest_dir;
+            let selected = package.select()?;
             let target = match target {
                 Some(target) => target,
                 None => host_triple()?,
             };
+            let mut config = config(&selected.manifest_dir, &target)?;
+            // A generated source exists once the package's build script has run.
+            if tooling::tune_needs_out_dir(&config, model.as_deref())
+                .map_err(|error| error.to_string())?
+            {
+                eprintln!(
+                    "running the build script of `{}`, which generates a model to tune",
+                    selected.name
+                );
+                let manifest_path = selected.manifest_dir.join("Cargo.toml");
+                config =
+                    config.out_dir(out_dir::build_script_out_dir(&manifest_path, &selected.id)?);
+            }
             // Meta-schedule draws its own table: one line per model instead of a bar.
             let started = std::time::Instant::now();
-            let dirs = tooling::tune_reporting(
-                &config(&manifest_dir, &target)?,
-                model.as_deref(),
-                trials,
-                &|step, steps, what| {
+            let dirs =
+                tooling::tune_reporting(&config, model.as_deref(), trials, &|step, steps, what| {
                     eprintln!("[{step}/{steps}] {what} (after {:.0?})", started.elapsed());
-                },
-            )
-            .map_err(|error| error.to_string())?;
+                })
+                .map_err(|error| error.to_string())?;
             eprintln!("tuned in {:.0?}", started.elapsed());
             for dir in dirs {
                 println!("tuning records: {}", dir.display());
@@ -374,6 +384,8 @@ fn info(manifest_dir: &Path, target: &str) -> Result<ExitCode, String> {
 struct SelectedPackage {
     manifest_dir: PathBuf,
     name: String,
+    /// Cargo's package ID (as `cargo metadata` and build messages give it).
+    id: String,
     binaries: Vec<String>,
     target_directory: PathBuf,
     workspace_root: PathBuf,
@@ -435,6 +447,7 @@ impl PackageArgs {
                 .expect("a manifest has a folder")
                 .to_path_buf(),
             name: chosen["name"].as_str().unwrap_or_default().to_string(),
+            id: chosen["id"].as_str().unwrap_or_default().to_string(),
             binaries,
             target_directory: PathBuf::from(
                 metadata["target_directory"].as_str().unwrap_or("target"),

@@ -71,7 +71,7 @@ impl Metadata {
 }
 
 /// A model with a `$OUT_DIR/...` source, declared in a manifest read outside a build
-/// script (by `cargo relax`): only `cargo build` can compile it.
+/// script (by `cargo relax`) with no `OUT_DIR` given: only a build can compile it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Generated {
     /// The model's name.
@@ -90,10 +90,10 @@ impl Generated {
             path: manifest_path.to_path_buf(),
             key: format!("{ROOT_KEY}.models.{}.source", self.name),
             message: format!(
-                "`{}` names a file the package's build script generates, and only `cargo build` \
-                 knows that folder: `cargo relax` cannot compile, prepare or tune this model; \
-                 build it with `cargo build` (to prepare or tune it, have the file at a path in \
-                 the package and give that path as `source`)",
+                "`{}` names a file the package's build script generates, and only a build \
+                 knows that folder: `cargo relax` cannot compile or prepare this model (`cargo \
+                 relax tune` runs the build script first; `cargo build` compiles it); to prepare \
+                 it, have the file at a path in the package and give that path as `source`",
                 self.source
             ),
         }

@@ -183,6 +183,19 @@ pub fn tune(config: &Config, only: Option<&str>, trials: Option<u32>) -> Result<
     tune_reporting(config, only, trials, &|_, _, _| {})
 }
 
+/// Whether [`tune`] with `only` reads a model whose source the package's build script
+/// generates (`$OUT_DIR/...`): then `config` needs that build's `OUT_DIR`
+/// ([`Config::out_dir`]), where the file is.
+pub fn tune_needs_out_dir(config: &Config, only: Option<&str>) -> Result<bool> {
+    let package = Package::open(config)?;
+    Ok(package
+        .generated(|generated| match only {
+            Some(name) => generated.name == name,
+            None => generated.tunes,
+        })
+        .is_some())
+}
+
 /// [`tune`], reporting each model as a step.
 pub fn tune_reporting(
     config: &Config,
