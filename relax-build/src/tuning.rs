@@ -7,9 +7,11 @@
 //! ```
 //!
 //! `cargo relax tune` writes them (meta-schedule, `tune.trials` per task; interrupted
-//! runs resume from the records already written). A build with records for its model
-//! and target compiles with them (`static_shape_tuning` with no trials, i.e. apply the
-//! database) and never tunes; their hash is part of the model's key.
+//! runs resume from the records already written), keeping a task's best record only when
+//! it runs faster than the task's default schedule (the files may hold no record at all).
+//! A build with records for its model and target compiles with them (`static_shape_tuning`
+//! with no trials, i.e. apply the database; the functions without a record get default
+//! schedules) and never tunes; their hash is part of the model's key.
 
 use std::path::{Path, PathBuf};
 

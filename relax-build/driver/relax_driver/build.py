@@ -18,11 +18,12 @@ def make_target(request, extra=None):
         raise DriverError("compile", f"TVM rejects the target {json.dumps(target)}: {error}") from error
 
 
-def backend_passes(target, request, tuned):
+def backend_passes(target, request):
     """The CPU backend pipeline, with relax-runtime's kernels and default schedules.
 
-    Without tuning records, every TIR function left after fusion gets a default CPU
-    schedule (parallel outer loops, vectorized inner loops; see schedules.py). The
+    Every TIR function left after fusion that no tuning record scheduled gets a default
+    CPU schedule (parallel outer loops, vectorized inner loops; see schedules.py; dlight
+    leaves the functions marked `tirx.is_scheduled` alone). The
     tensors a public function returns are allocated by relax-runtime (see outputs.py), and
     last, the VM's checks of arguments that relax-runtime checks itself are dropped (see
     argument_checks.py).
@@ -32,8 +33,7 @@ def backend_passes(target, request, tuned):
     from . import argument_checks, outputs, schedules
 
     passes = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
-    if not tuned:
-        passes.append(schedules.default_schedule_pass(target))
+    passes.append(schedules.default_schedule_pass(target))
     passes += cpu.dataflow_lower_passes(target)
     for finalize in cpu.finalize_passes(target):
         passes.append(finalize)
@@ -49,7 +49,7 @@ def compile_module(ir_module, target, request):
     CPU backend pipeline; "cpu": the backend pipeline alone (both with fast exponentials,
     see fast_math.py); "default": tvm.compile's "default" pipeline alone. (Offloading, see offload.py, happened before.) With tuning
     records, TVM's static_shape_tuning pipeline with no trials (the records' schedules
-    applied) replaces the pre-pass.
+    applied) replaces the pre-pass; functions without a record get default schedules.
     """
     import tvm
     from tvm import relax
@@ -78,7 +78,7 @@ def compile_module(ir_module, target, request):
             if pipeline == "default":
                 relax_pipeline = "default"
             else:
-                passes = backend_passes(target, request, tuned=bool(records))
+                passes = backend_passes(target, request)
 
                 @tvm.transform.module_pass(opt_level=0)
                 def backend(module, _context):

@@ -19,7 +19,7 @@ tvm.register_global_func(outputs.OUTPUT, host_output, override=True)
 
 def compiled(module, target):
     """`module` compiled by the backend pipeline, as the driver compiles it untuned."""
-    passes = build.backend_passes(target, {}, tuned=False)
+    passes = build.backend_passes(target, {})
 
     @tvm.transform.module_pass(opt_level=0)
     def backend(module, _context):
