@@ -277,4 +277,6 @@ def convert(ir_module, target):
             multiply_adds += function_multiply_adds
     if multiply_adds == 0 or moved * TRANSFORM_COST > multiply_adds:
         return ir_module, False
-    return converted, True
+    # ConvertLayout transforms a tensor once per consumer (ResNet-50's max pool output
+    # twice: for a block's first convolution and for its shortcut's); one is enough.
+    return relax.transform.EliminateCommonSubexpr()(converted), True
