@@ -43,6 +43,7 @@ relax_runtime::include_model!("mlp_b64_tuned");
 relax_runtime::include_model!("matmul_tuned");
 relax_runtime::include_model!("cnn_tuned");
 relax_runtime::include_model!("minilm_s128_tuned");
+relax_runtime::include_model!("resnet50_tuned");
 
 const THREADS: usize = 2;
 
@@ -396,7 +397,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             inputs: vec![float("gpu_0/data_0", &[1, 3, 224, 224])],
             flops: 2.0 * 4.1e9,
             default: resnet50::Model::load()?.into_session(),
-            tuned: None,
+            tuned: Some(resnet50_tuned::Model::load()?.into_session()),
         },
         light_case(
             &generated,
