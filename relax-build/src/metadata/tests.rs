@@ -495,6 +495,6 @@ fn one_generated_model_declared_alone_is_an_error_not_a_panic() {
         .to_string();
     assert_contains(
         &message,
-        "`cargo relax` cannot compile, prepare or tune this model",
+        "`cargo relax` cannot compile or prepare this model (`cargo relax tune` runs the build script first",
     );
 }
