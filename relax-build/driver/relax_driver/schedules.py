@@ -167,7 +167,7 @@ class Fallback(dlight.cpu.base.CPUScheduleRule):
         if not infos:
             return None
         changed = False
-        if padded_window(infos, vector_lanes(target)):
+        if padded_window(sch, infos, vector_lanes(target)):
             infos = [compute_padding_per_row(sch, *infos)]
             changed = True
         elif len(infos) > 1:
@@ -191,10 +191,12 @@ class Fallback(dlight.cpu.base.CPUScheduleRule):
         return sch if changed else None
 
 
-def padded_window(infos, lanes):
+def padded_window(sch, infos, lanes):
     """Whether the function is a padding then a windowed reduction over it, whose
     innermost spatial loop is not a multiple of `lanes` (an NCHW pool; a channel-blocked
-    one is vectorized over its 16 channels, see `vectorize_channels`)."""
+    one is vectorized over its 16 channels, see `vectorize_channels`), and whose loops
+    down to the rows give enough parallel iterations (`Fallback` then fuses those, and
+    the loop over a row's outputs stays out of them)."""
     if len(infos) != 2:
         return False
     padding, window = infos
@@ -210,7 +212,9 @@ def padded_window(infos, lanes):
         return False
     innermost = window.iters[spatial - 1].dom
     innermost = innermost.value if hasattr(innermost, "value") else innermost
-    return not (isinstance(innermost, int) and innermost % lanes == 0)
+    if isinstance(innermost, int) and innermost % lanes == 0:
+        return False
+    return enough_iterations(sch, sch.get_loops(window.block_rv)[: spatial - 1])
 
 
 def compute_padding_per_row(sch, padding, window):

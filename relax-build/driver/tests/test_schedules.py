@@ -125,6 +125,19 @@ def reference_pool(x, size, stride, pad, is_max):
 
 
 class Pools(unittest.TestCase):
+    def test_a_pool_with_few_rows_inlines_its_padding_and_matches_numpy(self):
+        # 3 planes of 4 output rows: too few to run in parallel without a row's outputs,
+        # whose loop would then be fused with the rows' (ONNX's test_MaxPool2d).
+        shape = [1, 3, 7, 7]
+        module = pooled(shape, lambda x: relax.op.nn.max_pool2d(x, (3, 3), (2, 2), (1, 1)))
+        target = tvm.target.Target(TARGET)
+        (function,) = scheduled_functions(module, target)
+        self.assertNotIn('T.sblock("pad_temp")', function.script())
+        x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+        executable = build.compile_module(module, target, {"pipeline": "zero", "opt_level": 3})
+        actual = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+        np.testing.assert_allclose(actual, reference_pool(x, 3, 2, 1, True), rtol=1e-5, atol=1e-6)
+
     def test_pools_run_row_by_row_and_match_numpy(self):
         shape = [1, 16, 14, 14]
         cases = [
