@@ -167,14 +167,16 @@ class Fallback(dlight.cpu.base.CPUScheduleRule):
         if not infos:
             return None
         changed = False
-        if padded_window(sch, infos, vector_lanes(target)):
-            infos = [compute_padding_per_row(sch, *infos)]
+        rows = padded_window_rows(sch, infos, vector_lanes(target))
+        if rows is not None:
+            padding, window = infos
+            compute_padding_per_row(sch, padding, rows)
+            infos = [window]
             changed = True
         elif len(infos) > 1:
             infos = try_inline(sch, infos)
         for info in infos:
-            kinds = info.dom_kind()
-            leading = len(kinds) - len(kinds.lstrip("S"))
+            leading = leading_spatial(info)
             loops = sch.get_loops(info.block_rv)
             if leading == 0 or len(loops) < leading:
                 continue
@@ -191,17 +193,24 @@ class Fallback(dlight.cpu.base.CPUScheduleRule):
         return sch if changed else None
 
 
-def padded_window(sch, infos, lanes):
-    """Whether the function is a padding then a windowed reduction over it, whose
-    innermost spatial loop is not a multiple of `lanes` (an NCHW pool; a channel-blocked
-    one is vectorized over its 16 channels, see `vectorize_channels`), and whose loops
-    down to the rows give enough parallel iterations (`Fallback` then fuses those, and
-    the loop over a row's outputs stays out of them)."""
+def leading_spatial(info):
+    """How many of the block's iterators, from the outermost, are spatial."""
+    kinds = info.dom_kind()
+    return len(kinds) - len(kinds.lstrip("S"))
+
+
+def padded_window_rows(sch, infos, lanes):
+    """The loop over output rows when the function is a padding then a windowed
+    reduction over it, whose innermost spatial loop is not a multiple of `lanes` (an NCHW
+    pool; a channel-blocked one is vectorized over its 16 channels, see
+    `vectorize_channels`), and whose loops down to the rows give enough parallel
+    iterations (`Fallback` then fuses those, and the loop over a row's outputs stays out
+    of them); else None."""
     if len(infos) != 2:
-        return False
+        return None
     padding, window = infos
     kinds = window.dom_kind()
-    spatial = len(kinds) - len(kinds.lstrip("S"))
+    spatial = leading_spatial(window)
     if not (
         padding.dom_kind() == "S" * len(padding.iters)
         and spatial >= 2
@@ -209,17 +218,19 @@ def padded_window(sch, infos, lanes):
         and len(kinds) > spatial
         and windowed(window)
     ):
-        return False
-    innermost = window.iters[spatial - 1].dom
-    innermost = innermost.value if hasattr(innermost, "value") else innermost
+        return None
+    loops = sch.get_loops(window.block_rv)
+    innermost = get_extent(sch, loops[spatial - 1])
     if isinstance(innermost, int) and innermost % lanes == 0:
-        return False
-    return enough_iterations(sch, sch.get_loops(window.block_rv)[: spatial - 1])
+        return None
+    if not enough_iterations(sch, loops[: spatial - 1]):
+        return None
+    return loops[spatial - 2]
 
 
-def compute_padding_per_row(sch, padding, window):
-    """The padding computed inside the window's loop over output rows, the rows that
-    the row reads; returns the window's block info.
+def compute_padding_per_row(sch, padding, rows):
+    """The padding computed inside the window's loop over output rows, `rows`: the rows
+    of padded input that a row of outputs reads.
 
     Inlined, the padding is a bounds check on every value a window reads; at the root,
     a pass over the whole padded tensor. Per row, its values are in level-1 cache when
@@ -227,11 +238,7 @@ def compute_padding_per_row(sch, padding, window):
     to 56x56, NCHW), two threads, a slow spell: inlined 1.04-1.09 ms, at the root 1.44;
     inlined against per row in turn, 8 rounds: medians 1.17 and 0.80 ms (meta-schedule's
     record of 32 trials, in the same rounds: 0.87)."""
-    kinds = window.dom_kind()
-    spatial = len(kinds) - len(kinds.lstrip("S"))
-    rows = sch.get_loops(window.block_rv)[spatial - 2]
     sch.compute_at(padding.block_rv, rows)
-    return window
 
 
 def vectorize_channels(sch, info, channels, reductions, lanes):
