@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod add;
+mod cargo;
 mod out_dir;
 mod progress;
 
@@ -631,8 +632,7 @@ fn host_triple() -> Result<String, String> {
 }
 
 fn cargo_output(arguments: &[&str]) -> Result<String, String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let output = Command::new(&cargo)
+    let output = cargo::command()
         .args(arguments)
         .output()
         .map_err(|error| format!("running cargo: {error}"))?;

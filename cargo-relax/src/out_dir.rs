@@ -3,13 +3,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 /// Runs the build script of the package `package_id` (of the manifest `manifest_path`)
 /// with `cargo check --message-format=json`, Cargo's progress shown on stderr, and
 /// returns the `OUT_DIR` that Cargo reports for it (`build-script-executed`).
 pub fn build_script_out_dir(manifest_path: &Path, package_id: &str) -> Result<PathBuf, String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let arguments = [
         "check",
         "--message-format=json-render-diagnostics",
@@ -18,7 +17,7 @@ pub fn build_script_out_dir(manifest_path: &Path, package_id: &str) -> Result<Pa
     ]
     .map(str::to_string);
     let shown = format!("cargo {}", arguments.join(" "));
-    let mut child = Command::new(&cargo)
+    let mut child = crate::cargo::command()
         .args(&arguments)
         .stdout(Stdio::piped())
         .spawn()
