@@ -106,6 +106,8 @@ pub enum WeightLayout {
     /// A 3x3 convolution kernel in Winograd F(2x2, 3x3) form for channel-blocked tensors,
     /// `[16, ceil(out / 64), in, 64]`: the file holds `[columns, in, 3, 3]`.
     BlockedWinograd,
+    /// The same in Winograd F(4x4, 3x3) form, `[36, ceil(out / 64), in, 64]`.
+    BlockedWinograd4,
 }
 
 impl TensorType {
@@ -142,15 +144,17 @@ impl TensorType {
                 ],
                 (other, _) => other.to_vec(),
             },
-            WeightLayout::BlockedWinograd => match (self.shape.as_slice(), self.columns) {
-                ([_, _, channels, _], Some(columns)) => vec![
-                    Dim::Static(columns),
-                    channels.clone(),
-                    Dim::Static(3),
-                    Dim::Static(3),
-                ],
-                (other, _) => other.to_vec(),
-            },
+            WeightLayout::BlockedWinograd | WeightLayout::BlockedWinograd4 => {
+                match (self.shape.as_slice(), self.columns) {
+                    ([_, _, channels, _], Some(columns)) => vec![
+                        Dim::Static(columns),
+                        channels.clone(),
+                        Dim::Static(3),
+                        Dim::Static(3),
+                    ],
+                    (other, _) => other.to_vec(),
+                }
+            }
         }
     }
 }
@@ -230,6 +234,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(blocked_winograd.stored_shape(), dims(&[130, 64, 3, 3]));
+        let blocked_winograd4: TensorType = serde_json::from_str(
+            r#"{"name": "w", "dtype": "float32", "shape": [36, 3, 64, 64], "layout": "blocked_winograd4", "columns": 130}"#,
+        )
+        .unwrap();
+        assert_eq!(blocked_winograd4.stored_shape(), dims(&[130, 64, 3, 3]));
         let plain: TensorType =
             serde_json::from_str(r#"{"name": "w", "dtype": "float32", "shape": [4]}"#).unwrap();
         assert_eq!(plain.layout, WeightLayout::Stored);

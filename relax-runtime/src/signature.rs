@@ -79,6 +79,8 @@ pub enum WeightLayout {
     /// tensors, `[16, ceil(out / 64), in, 64]`: stored as `[out, in, 3, 3]` (`columns`
     /// filters).
     BlockedWinograd,
+    /// The same in Winograd F(4x4, 3x3) form, `[36, ceil(out / 64), in, 64]`.
+    BlockedWinograd4,
 }
 
 impl WeightLayout {
@@ -121,6 +123,11 @@ impl WeightLayout {
             (
                 WeightLayout::BlockedWinograd,
                 [Dim::Static(16), Dim::Static(panels), channels, Dim::Static(64)],
+                Some(columns),
+            )
+            | (
+                WeightLayout::BlockedWinograd4,
+                [Dim::Static(36), Dim::Static(panels), channels, Dim::Static(64)],
                 Some(columns),
             ) if holds(*panels, columns) => Some(vec![
                 Dim::Static(columns),

@@ -80,7 +80,12 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
             }
             WeightLayout::Winograd => winograd(view.shape(), view.data(), WinogradTile::Two)?,
             WeightLayout::Winograd4 => winograd(view.shape(), view.data(), WinogradTile::Four)?,
-            WeightLayout::BlockedWinograd => blocked_winograd(view.shape(), view.data())?,
+            WeightLayout::BlockedWinograd => {
+                blocked_winograd(view.shape(), view.data(), WinogradTile::Two)?
+            }
+            WeightLayout::BlockedWinograd4 => {
+                blocked_winograd(view.shape(), view.data(), WinogradTile::Four)?
+            }
         };
         // The library does not check the weights it is passed (the driver drops the VM's
         // checks of what relax-runtime checks), so a packed form must be the one it takes.
@@ -126,14 +131,16 @@ fn winograd(shape: &[usize], data: &[u8], tile: WinogradTile) -> Result<Tensor> 
     Tensor::from_slice(&transformed, &[tile.values(), channels, filters])
 }
 
-/// The Winograd F(2x2, 3x3) form for channel-blocked tensors (`[16, ceil(out / 64), in,
-/// 64]`) of float32 3x3 kernels stored `[out, in, 3, 3]` (the shape was checked).
-fn blocked_winograd(shape: &[usize], data: &[u8]) -> Result<Tensor> {
+/// The Winograd form with output tiles `tile` for channel-blocked tensors (`[16 or 36,
+/// ceil(out / 64), in, 64]`) of float32 3x3 kernels stored `[out, in, 3, 3]` (the shape
+/// was checked).
+fn blocked_winograd(shape: &[usize], data: &[u8], tile: WinogradTile) -> Result<Tensor> {
     let (filters, channels) = (shape[0], shape[1]);
-    let transformed = crate::kernels::blocked_winograd_weights(&floats(data), filters, channels);
+    let transformed =
+        crate::kernels::blocked_winograd_weights(&floats(data), filters, channels, tile);
     Tensor::from_slice(
         &transformed,
-        &[16, filters.div_ceil(PANEL), channels, PANEL],
+        &[tile.values(), filters.div_ceil(PANEL), channels, PANEL],
     )
 }
 
@@ -328,33 +335,43 @@ mod tests {
 
     #[test]
     fn a_kernel_is_transformed_to_blocked_winograd_form_at_load_or_refused_when_it_does_not_fit() {
-        // Two filters of one channel (`kernels_file`: [2, 1, 3, 3]).
+        // Two filters of one channel (`kernels_file`: [2, 1, 3, 3]), in F(2x2, 3x3)'s form
+        // and in F(4x4, 3x3)'s.
         let values: Vec<f32> = (0..18).map(|value| value as f32 * 0.5 - 3.0).collect();
-        let signature = |shape: &str| packed_kernels_signature(shape, "blocked_winograd", 2);
-        let weights = load(&signature("[16, 1, 1, 64]"), Some(&kernels_file(&values))).unwrap();
-        assert_eq!(weights[0][0].shape(), [16, 1, 1, 64]);
-        let transformed = weights[0][0].as_slice::<f32>().unwrap();
-        // U[ξ] of filter f at ξ * 64 + f, as winograd's `[16, in, out]` has it at ξ * 2 + f.
-        let plain = crate::kernels::winograd_weights(&values, 2, 1, WinogradTile::Two);
-        for xi in 0..16 {
-            assert_eq!(
-                transformed[xi * 64..xi * 64 + 3],
-                [plain[xi * 2], plain[xi * 2 + 1], 0.0]
-            );
-        }
-        for shape in [
-            "[16, 2, 1, 64]",
-            "[36, 1, 1, 64]",
-            "[16, 1, 1, 32]",
-            "[16, 1, 64]",
+        for (layout, tile, other) in [
+            ("blocked_winograd", WinogradTile::Two, 36),
+            ("blocked_winograd4", WinogradTile::Four, 16),
         ] {
-            let error = load(&signature(shape), Some(&kernels_file(&values)))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                error.contains("which that layout cannot be"),
-                "{shape}: {error}"
-            );
+            let count = tile.values();
+            let signature = |shape: &str| packed_kernels_signature(shape, layout, 2);
+            let shape = format!("[{count}, 1, 1, 64]");
+            let weights = load(&signature(&shape), Some(&kernels_file(&values))).unwrap();
+            assert_eq!(weights[0][0].shape(), [count as i64, 1, 1, 64]);
+            let transformed = weights[0][0].as_slice::<f32>().unwrap();
+            // U[ξ] of filter f at ξ * 64 + f, as winograd's `[values, in, out]` has it at
+            // ξ * 2 + f.
+            let plain = crate::kernels::winograd_weights(&values, 2, 1, tile);
+            for xi in 0..count {
+                assert_eq!(
+                    transformed[xi * 64..xi * 64 + 3],
+                    [plain[xi * 2], plain[xi * 2 + 1], 0.0],
+                    "{layout}"
+                );
+            }
+            for shape in [
+                format!("[{count}, 2, 1, 64]"),
+                format!("[{other}, 1, 1, 64]"),
+                format!("[{count}, 1, 1, 32]"),
+                format!("[{count}, 1, 64]"),
+            ] {
+                let error = load(&signature(&shape), Some(&kernels_file(&values)))
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    error.contains("which that layout cannot be"),
+                    "{layout} {shape}: {error}"
+                );
+            }
         }
     }
 

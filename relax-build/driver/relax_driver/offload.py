@@ -38,9 +38,10 @@ A convolution on channel-blocked tensors (`[N, C/16, H, W, 16]`, which blocked_l
 gives CNNs before this rewrite) takes its kernel in filter panels too: a weight packed at
 load, a constant packed here; its bias comes through ConvertLayout's transform of the
 `[1, O, 1, 1]` bias. A weight used only as the kernel of blocked 3x3 convolutions with
-stride 1 that Winograd F(2x2, 3x3) computes best (see `blocked_winograd`) is taken as
-that transform instead, in panels of 64 filters: `[16, ceil(out / 64), in, 64]`
-(`"layout": "blocked_winograd"`, with its `"columns"`: the filters).
+stride 1 that a Winograd variant computes best (see `blocked_winograd_tile`) is taken as
+that transform instead, in panels of 64 filters: `[36, ceil(out / 64), in, 64]` for
+F(4x4, 3x3) (`"layout": "blocked_winograd4"`) or `[16, ceil(out / 64), in, 64]` for
+F(2x2, 3x3) (`"layout": "blocked_winograd"`), with its `"columns"`: the filters.
 """
 
 import math
@@ -835,47 +836,70 @@ def blocked_kernels_packed(function, transformed=()):
 
 
 # A blocked convolution with a 3x3 kernel, stride 1, no dilation and one group is
-# computed by Winograd F(2x2, 3x3) (relax-runtime's `kernels::blocked_winograd`) from this
-# many channels and filters and this many 2x2 tiles per image. One thread, ResNet-50's
-# layers, alternating runs: 1.5-1.6x faster at 256 channels over 14x14 (49 tiles), 1.1-1.5x
-# at 128 over 28x28; 0.8-1.0x at 64 over 56x56 (the transforms take 60% of its time) and
-# 0.9-1.0x at 512 over 7x7 (16 tiles: the transformed weights, 16/9 of the kernel's
-# size, are read for too few tiles).
+# computed by Winograd (relax-runtime's `kernels::blocked_winograd`): F(4x4, 3x3) from
+# this many channels and filters and this many 4x4 tiles per image...
+BLOCKED_WINOGRAD4_MIN_CHANNELS = 64
+BLOCKED_WINOGRAD4_MIN_TILES = 49
+# ... else F(2x2, 3x3) from this many channels and filters and 2x2 tiles per image. Two
+# threads, ResNet-50's layers, time / the direct blocked kernel's, medians of 15 calls
+# alternating, two runs: F(4x4) 0.77-0.95 and F(2x2) 0.99-1.14 at 64 channels over 56x56
+# (196 tiles of 4x4); 0.60 and 0.75-0.79 at 128 over 28x28 (49); 0.81 and 0.70-0.80 at 256
+# over 14x14 (16 tiles of 4x4: too few to fill the products); at 512 over 7x7 (16 tiles of
+# 2x2, whose transformed weights, 16/9 of the kernel's size, are read for too few tiles)
+# 0.92-1.02 and 1.12-1.23.
 BLOCKED_WINOGRAD_MIN_CHANNELS = 128
 BLOCKED_WINOGRAD_MIN_TILES = 36
 
+# Blocked Winograd variant (output tile side) -> (layout, values per transformed kernel).
+BLOCKED_WINOGRAD_LAYOUTS = {4: ("blocked_winograd4", 36), 2: ("blocked_winograd", 16)}
 
-def blocked_winograd(name, args, out_ty):
-    """Whether the kernel call `name(args)`, with an OIHW kernel of static sizes, is a
-    blocked convolution that Winograd F(2x2, 3x3) computes best (see
-    `BLOCKED_WINOGRAD_MIN_CHANNELS`)."""
+
+def blocked_winograd_tile(name, args, out_ty):
+    """The side of the output tiles of the Winograd variant (4 or 2) that computes best the
+    kernel call `name(args)`, a blocked convolution with an OIHW kernel of static sizes; or
+    None when the direct blocked kernel does (see `BLOCKED_WINOGRAD4_MIN_CHANNELS`)."""
     convolution = static_convolution(name, args, out_ty, out_rank=5)
     if convolution is None or not winograd_shaped(convolution):
-        return False
+        return None
     (filters, channels, _, _, height, width), _ = convolution
-    tiles = ((height + 1) // 2) * ((width + 1) // 2)
-    return (
-        channels % 16 == 0
-        and filters % 16 == 0
-        and min(filters, channels) >= BLOCKED_WINOGRAD_MIN_CHANNELS
-        and tiles >= BLOCKED_WINOGRAD_MIN_TILES
-    )
+    if channels % 16 or filters % 16:
+        return None
+    smaller = min(filters, channels)
+    tiles4 = ((height + 3) // 4) * ((width + 3) // 4)
+    tiles2 = ((height + 1) // 2) * ((width + 1) // 2)
+    if smaller >= BLOCKED_WINOGRAD4_MIN_CHANNELS and tiles4 >= BLOCKED_WINOGRAD4_MIN_TILES:
+        return 4
+    if smaller >= BLOCKED_WINOGRAD_MIN_CHANNELS and tiles2 >= BLOCKED_WINOGRAD_MIN_TILES:
+        return 2
+    return None
+
+
+def blocked_winograd(name, args, out_ty):
+    """Whether the kernel call `name(args)` is a blocked convolution that a Winograd
+    variant computes best (`blocked_winograd_tile`)."""
+    return blocked_winograd_tile(name, args, out_ty) is not None
 
 
 def blocked_winograd_weights(function):
-    """Takes the weights used only as kernels of blocked convolutions that Winograd
-    F(2x2, 3x3) computes best (`blocked_winograd`) as `[16, ceil(out / 64), in, 64]`
+    """Takes the weights used only as kernels of blocked convolutions that one Winograd
+    variant computes best (`blocked_winograd_tile`) as `[16 or 36, ceil(out / 64), in, 64]`
     parameters (their transform, computed at load).
 
     Returns the function and {parameter index: (layout, columns)}.
     """
     stored = {index: dims(param) for index, param in enumerate(function.params)}
+    chosen = {}
+    for tile, (layout, values) in BLOCKED_WINOGRAD_LAYOUTS.items():
 
-    def transformed_dims(d):
-        return [16, (int(d[0]) + PANEL - 1) // PANEL, d[1], PANEL]
+        def fits(name, args, out_ty, tile=tile):
+            return blocked_winograd_tile(name, args, out_ty) == tile
 
-    function, indices = take_weights_otherwise(function, 4, blocked_winograd, transformed_dims)
-    return function, {index: ("blocked_winograd", int(stored[index][0])) for index in indices}
+        def transformed_dims(d, values=values):
+            return [values, (int(d[0]) + PANEL - 1) // PANEL, d[1], PANEL]
+
+        function, indices = take_weights_otherwise(function, 4, fits, transformed_dims)
+        chosen.update({index: (layout, int(stored[index][0])) for index in indices})
+    return function, chosen
 
 
 def blocked_convolution(name, args, out_ty):
@@ -924,7 +948,8 @@ def rewrite(ir_module, target):
     """The module with its matmuls and convolutions rewritten into kernel calls, and, per
     function name, how it takes each weight parameter it takes otherwise than stored
     (index -> {"layout": "panels", "transposed_panels", "winograd", "winograd4",
-    "filter_panels" or "blocked_winograd", "columns": N of packed ones})."""
+    "filter_panels", "blocked_winograd" or "blocked_winograd4", "columns": N of packed
+    ones})."""
     del target  # the kernels choose their instructions at run time
     module = ir_module
     layouts = {}

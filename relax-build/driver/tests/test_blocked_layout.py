@@ -150,37 +150,46 @@ class Blocked(unittest.TestCase):
         np.testing.assert_array_equal(vm["main"]().numpy(), offload.filter_panels_of(weight))
 
     def test_a_3x3_kernel_over_a_mid_sized_plane_is_taken_in_blocked_winograd_form(self):
-        # 128 channels onto 144 filters: over 14x14 (49 2x2 tiles) Winograd F(2x2, 3x3),
-        # its transform in panels of 64 filters; over 7x7 (16 tiles) filter panels.
+        # 128 channels onto 144 filters: over 14x14 (49 2x2 tiles, 16 of 4x4) Winograd
+        # F(2x2, 3x3), its transform in panels of 64 filters; over 7x7 (16 tiles) filter
+        # panels. 64 onto 64 over 28x28 (49 4x4 tiles): F(4x4, 3x3).
         @tvm.script.ir_module
         class Planes:
             @R.function
             def main(
                 x: R.Tensor((1, 128, 14, 14), "float32"),
                 y: R.Tensor((1, 128, 7, 7), "float32"),
+                z: R.Tensor((1, 64, 28, 28), "float32"),
                 w1: R.Tensor((144, 128, 3, 3), "float32"),
                 w2: R.Tensor((144, 128, 3, 3), "float32"),
+                w3: R.Tensor((64, 64, 3, 3), "float32"),
             ):
-                R.func_attr({"num_input": 2})
+                R.func_attr({"num_input": 3})
                 with R.dataflow():
                     a = R.nn.relu(R.nn.conv2d(x, w1, padding=[1, 1, 1, 1]))
                     b = R.nn.relu(R.nn.conv2d(y, w2, padding=[1, 1, 1, 1]))
-                    R.output(a, b)
-                return (a, b)
+                    c = R.nn.relu(R.nn.conv2d(z, w3, padding=[1, 1, 1, 1]))
+                    R.output(a, b, c)
+                return (a, b, c)
 
         module, converted = blocked_layout.convert(Planes, X86)
         self.assertTrue(converted)
         module, layouts = offload.rewrite(module, None)
         self.assertEqual(
             layouts["main"],
-            {2: {"layout": "blocked_winograd", "columns": 144}, 3: {"layout": "filter_panels", "columns": 144}},
+            {
+                3: {"layout": "blocked_winograd", "columns": 144},
+                4: {"layout": "filter_panels", "columns": 144},
+                5: {"layout": "blocked_winograd4", "columns": 64},
+            },
         )
         params = module["main"].params
-        self.assertEqual([int(d) for d in offload.dims(params[2])], [16, 3, 128, 64])
-        self.assertEqual([int(d) for d in offload.dims(params[3])], [3, 128, 3, 3, 64])
+        self.assertEqual([int(d) for d in offload.dims(params[3])], [16, 3, 128, 64])
+        self.assertEqual([int(d) for d in offload.dims(params[4])], [3, 128, 3, 3, 64])
+        self.assertEqual([int(d) for d in offload.dims(params[5])], [36, 1, 64, 64])
         kernels = kernel_call_list(module["main"])
         # Each convolution takes its parameter as it is (nothing packed per call).
-        self.assertEqual([call.args[1].fields[1] for call in kernels], [params[2], params[3]])
+        self.assertEqual([call.args[1].fields[1] for call in kernels], [params[3], params[4], params[5]])
 
     def test_a_convolution_of_a_blocked_input_to_filters_not_whole_blocks_pads_its_kernel(self):
         # 128 filters (whole blocks), then 40 (two and a half), as SqueezeNet's last layer.

@@ -1,24 +1,26 @@
 //! 3x3 convolutions with stride 1 on channel-blocked tensors (`[N, C/16, H, W, 16]`, see
-//! [`blocked`](super::blocked)) by Winograd's F(2x2, 3x3): each 2x2 block of output
-//! pixels (a tile) takes 16 multiply-adds per filter and channel instead of 36.
+//! [`blocked`](super::blocked)) by Winograd's F(2x2, 3x3) or F(4x4, 3x3): each 2x2 block
+//! of output pixels (a tile) takes 16 multiply-adds per filter and channel instead of 36,
+//! each 4x4 block 36 instead of 144.
 //!
-//! With `d` a tile's 4x4 input patch and `g` a 3x3 kernel, the tile's output is
+//! With `d` a tile's input patch (4x4, or 6x6) and `g` a 3x3 kernel, the tile's output is
 //! `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` (the transforms of [`winograd`](super::winograd), which
-//! also makes the weights' part, `U = G g Gᵀ`, `[16, C, F]`, when the weights load). Per
-//! image, in three launches over the thread pool:
+//! also makes the weights' part, `U = G g Gᵀ`, `[16 or 36, C, F]`, when the weights
+//! load). Below, ξ runs over a transformed tile's 16 (or 36) values. Per image, in three
+//! launches over the thread pool:
 //!
 //! 1. the input transform `V = Bᵀ d B` of every tile, 16 channels at a time (one vector
 //!    per pixel of the blocked input; padding read as zeros), into `V[ξ]` laid out as a
 //!    blocked image one pixel high and a pixel per tile wide: `[C/16, 1, tiles, 16]`;
-//! 2. for each of the 16 values ξ, the product `M[ξ] = V[ξ] U[ξ]`, which is a 1x1
+//! 2. for each value ξ, the product `M[ξ] = V[ξ] U[ξ]`, which is a 1x1
 //!    convolution of that image: the blocked kernel's tiles (64 filters x 6 tiles, the
 //!    filters of `U[ξ]` read as panels of 64 with a channel stride of F);
 //! 3. the output transform `Aᵀ m A` of every tile and block of 16 filters, then the
 //!    scale, shift, residual and activation, into the blocked output.
 //!
-//! The products are the blocked kernel's own: 2.25 times fewer multiply-adds, for the
-//! price of the two transforms and of `V` and `M` (4 values per pixel of the input and of
-//! the output) going through memory.
+//! The products are the blocked kernel's own: 2.25 (or 4) times fewer multiply-adds, for
+//! the price of the two transforms and of `V` and `M` (4, or 2.25, values per pixel of
+//! the input and of the output) going through memory.
 
 use super::blocked::{ImageTiles, Source, WeightStrides, BLOCK, SEGMENT};
 use super::conv::{Conv2d, Operands};
@@ -26,9 +28,13 @@ use super::epilogue::Epilogue;
 use super::panels::PANEL;
 use super::parallel::{for_each_unit, Executor, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
+use super::winograd::{input_transform4, output_transform4, Tile};
 
-/// Values of a transformed tile: F(2x2, 3x3)'s 4x4.
-const VALUES: usize = 16;
+/// The most values of a transformed tile: F(4x4, 3x3)'s 6x6.
+const MAX_VALUES: usize = 36;
+
+/// The most output pixels per side of a tile.
+const MAX_SIDE: usize = 4;
 
 thread_local! {
     /// The transformed input (`V`) and products (`M`) of the convolutions called on this
@@ -47,18 +53,23 @@ pub(crate) fn computes(shape: &Conv2d) -> bool {
         && shape.filters.is_multiple_of(BLOCK)
 }
 
-/// `U = G g Gᵀ` of every 3x3 kernel of `weights` (`[filters, channels, 3, 3]`), in the
-/// layout [`blocked_winograd`] reads: `[16, ceil(filters / 64), channels, 64]`, for each ξ
+/// `U = G g Gᵀ` of every 3x3 kernel of `weights` (`[filters, channels, 3, 3]`) for
+/// `tile`, in the layout [`blocked_winograd`] reads: `[tile.values(), ceil(filters / 64),
+/// channels, 64]`, for each ξ
 /// panels of 64 filters (zeros past the last filter), each channel's 64 contiguous. (With
 /// the filters of a channel a whole row of `[16, channels, filters]` apart instead, the
 /// 512 cache lines of a pass of 128 channels, 1 KiB apart at 256 filters, fell into 16 of
 /// the level-1 cache's 64 sets: the products ran at 45 GFLOP/s.)
-pub(crate) fn transform_weights(weights: &[f32], filters: usize, channels: usize) -> Vec<f32> {
-    let transformed =
-        super::winograd::transform_weights(weights, filters, channels, super::winograd::Tile::Two);
+pub(crate) fn transform_weights(
+    weights: &[f32],
+    filters: usize,
+    channels: usize,
+    tile: Tile,
+) -> Vec<f32> {
+    let transformed = super::winograd::transform_weights(weights, filters, channels, tile);
     let panels = filters.div_ceil(PANEL);
-    let mut out = vec![0f32; VALUES * panels * channels * PANEL];
-    for xi in 0..VALUES {
+    let mut out = vec![0f32; tile.values() * panels * channels * PANEL];
+    for xi in 0..tile.values() {
         for channel in 0..channels {
             let row = &transformed[(xi * channels + channel) * filters..][..filters];
             for (filter, value) in row.iter().enumerate() {
@@ -72,6 +83,7 @@ pub(crate) fn transform_weights(weights: &[f32], filters: usize, channels: usize
 
 /// The sizes of one image's tiles and transformed tensors.
 struct Plan {
+    tile: Tile,
     output: (usize, usize),
     /// Tile rows and columns.
     tiles: (usize, usize),
@@ -84,26 +96,28 @@ impl Plan {
 }
 
 /// `out = epilogue(conv2d(x, w) * scale + shift + residual)` with `x`, `out` (and
-/// `residual`) blocked, `w` the Winograd transform of the 3x3 kernel as
+/// `residual`) blocked, `w` the Winograd transform of the 3x3 kernel for `tile` as
 /// [`transform_weights`] lays it out; with
 /// AVX-512 tiles when `avx512` (pass `avx512_available()`), else portable ones.
 ///
 /// # Safety
-/// `computes(shape)`; `x` holds `shape.batch` images `[C / 16, H, W, 16]`, `w` `16 *
-/// ceil(F / 64) * C * 64` values, `out` and `residual` `[N, F / 16, OH, OW, 16]`, `per_filter` a value per
+/// `computes(shape)`; `x` holds `shape.batch` images `[C / 16, H, W, 16]`, `w`
+/// `tile.values() * ceil(F / 64) * C * 64` values, `out` and `residual` `[N, F / 16, OH, OW, 16]`, `per_filter` a value per
 /// filter; all valid for the call, and `out` overlaps none of the others. `avx512` only
 /// where the CPU has AVX-512F.
 pub(crate) unsafe fn blocked_winograd(
     shape: &Conv2d,
+    tile: Tile,
     avx512: bool,
     operands: Operands<'_>,
     executor: Executor,
 ) -> Result<(), String> {
     if !computes(shape) {
         return Err(format!(
-            "Winograd F(2x2, 3x3) on blocked tensors does not compute {shape:?}"
+            "Winograd on blocked tensors does not compute {shape:?}"
         ));
     }
+    let values = tile.values();
     let Operands {
         x,
         w,
@@ -115,14 +129,16 @@ pub(crate) unsafe fn blocked_winograd(
     let output = shape
         .output()
         .ok_or("the kernel does not fit the padded input")?;
+    let side = tile.output();
     let plan = Plan {
+        tile,
         output,
-        tiles: (output.0.div_ceil(2), output.1.div_ceil(2)),
+        tiles: (output.0.div_ceil(side), output.1.div_ceil(side)),
     };
     let tiles = plan.tile_count();
     let too_large = || "the transformed tensors are too large".to_string();
     let transformed_len = |channels: usize| {
-        [tiles, VALUES]
+        [tiles, values]
             .into_iter()
             .try_fold(channels, usize::checked_mul)
             .ok_or_else(too_large)
@@ -149,19 +165,19 @@ pub(crate) unsafe fn blocked_winograd(
     };
     let panels = shape.filters.div_ceil(PANEL);
     let segments = tiles.div_ceil(SEGMENT);
-    let product_units = VALUES * panels * segments;
-    let inline = shape.filters * tiles * shape.channels * VALUES < INLINE_WORK;
+    let product_units = values * panels * segments;
+    let inline = shape.filters * tiles * shape.channels * values < INLINE_WORK;
     let x = Shared(x.cast_mut());
     let residual = residual.map(|residual| Shared(residual.cast_mut()));
     reuse(&TRANSFORMED, |(v_buffer, m_buffer)| {
         let v = Shared(prefix(v_buffer, v_len).as_mut_ptr());
         let m = Shared(prefix(m_buffer, m_len).as_mut_ptr());
         // The products' tiles, the same for every image (V and M are reused).
-        let products: Vec<ImageTiles<'_>> = (0..VALUES)
+        let products: Vec<ImageTiles<'_>> = (0..values)
             .map(|xi| ImageTiles {
                 shape: &product,
                 source: Source {
-                    data: Shared(v.at(xi * v_len / VALUES)),
+                    data: Shared(v.at(xi * v_len / values)),
                     height: 1,
                     width: tiles,
                 },
@@ -171,7 +187,7 @@ pub(crate) unsafe fn blocked_winograd(
                     panel: shape.channels * PANEL,
                     channel: PANEL,
                 },
-                out: Shared(m.at(xi * m_len / VALUES)),
+                out: Shared(m.at(xi * m_len / values)),
                 residual: None,
                 per_filter: None,
                 epilogue: Epilogue::None,
@@ -219,7 +235,7 @@ pub(crate) unsafe fn blocked_winograd(
                     transform_output(
                         &plan,
                         m,
-                        m_len / VALUES,
+                        m_len / values,
                         block,
                         tile_row,
                         image_out,
@@ -245,7 +261,7 @@ struct Finish<'a> {
 /// `v[ξ][block][tile][16]`.
 ///
 /// # Safety
-/// `x` holds the image's blocked input; `v` the image's V (`16 * C * tiles` values), of
+/// `x` holds the image's blocked input; `v` the image's V (`values * C * tiles` values), of
 /// which this block's tiles of this row are written by no other thread.
 unsafe fn transform_input(
     shape: &Conv2d,
@@ -262,39 +278,102 @@ unsafe fn transform_input(
     let input = unsafe {
         std::slice::from_raw_parts(x.at(block * plane * BLOCK).cast_const(), plane * BLOCK)
     };
+    let rows = InputRows {
+        input,
+        height: shape.height,
+        width: shape.width,
+        top: (plan.tile.output() * tile_row) as isize - top as isize,
+        left: -(left as isize),
+    };
+    let run = plan.tiles.1 * BLOCK;
     let xi_stride = shape.channels * tiles;
-    for tile_column in 0..plan.tiles.1 {
-        let mut patch = [[0f32; BLOCK]; VALUES];
-        for (index, values) in patch.iter_mut().enumerate() {
-            let (row, column) = (index / 4, index % 4);
-            let y = (2 * tile_row + row).checked_sub(top);
-            let x = (2 * tile_column + column).checked_sub(left);
-            if let (Some(y), Some(x)) = (y, x) {
-                if y < shape.height && x < shape.width {
-                    let at = (y * shape.width + x) * BLOCK;
-                    values.copy_from_slice(&input[at..at + BLOCK]);
+    let first = (block * tiles + tile_row * plan.tiles.1) * BLOCK;
+    let mut runs: [&mut [f32]; MAX_VALUES] = std::array::from_fn(|xi| {
+        if xi < plan.tile.values() {
+            // SAFETY: V[ξ][block][the row's tiles], this unit's alone (the function's
+            // contract); the runs of different ξ are disjoint.
+            unsafe { std::slice::from_raw_parts_mut(v.at(xi * xi_stride + first), run) }
+        } else {
+            Default::default()
+        }
+    });
+    transform_row(plan.tile, &rows, plan.tiles.1, &mut runs);
+}
+
+/// One block of an image's input, where a tile row's patches start: row `top` and
+/// column `left` (negative in the padding).
+struct InputRows<'a> {
+    /// `[height, width, 16]`.
+    input: &'a [f32],
+    height: usize,
+    width: usize,
+    top: isize,
+    left: isize,
+}
+
+super::simd::multiversion! {
+    /// The transformed patches of the `columns` tiles of one tile row of `rows`, into
+    /// `runs[ξ][column * 16..][..16]` (padding read as zeros).
+    fn transform_row(tile: Tile, rows: &InputRows<'_>, columns: usize, runs: &mut [&mut [f32]; MAX_VALUES]) {
+        match tile {
+            Tile::Two => transform_row_of::<4>(2, input_transform2, rows, columns, runs),
+            Tile::Four => transform_row_of::<6>(4, input_transform4, rows, columns, runs),
+        }
+    }
+}
+
+/// [`transform_row`] for patches of side `N`, output tiles of side `side`, with `Bᵀ x`
+/// (`transform`) of the patch's rows and columns.
+#[inline(always)]
+fn transform_row_of<const N: usize>(
+    side: usize,
+    transform: impl Fn(&[[f32; BLOCK]; N]) -> [[f32; BLOCK]; N],
+    rows: &InputRows<'_>,
+    columns: usize,
+    runs: &mut [&mut [f32]; MAX_VALUES],
+) {
+    let line = rows.width * BLOCK;
+    // The patches' rows, where they are inside the input. (Plain loops: `array::from_fn`
+    // did not inline here, and ran 2.5 times slower.)
+    let mut lines: [Option<&[f32]>; N] = [None; N];
+    for (row, slot) in lines.iter_mut().enumerate() {
+        let y = rows.top + row as isize;
+        if y >= 0 && y < rows.height as isize {
+            *slot = Some(&rows.input[y as usize * line..][..line]);
+        }
+    }
+    for column in 0..columns {
+        let left = (side * column) as isize + rows.left;
+        // Bᵀ d per patch column k: by_column[k][a].
+        let mut by_column = [[[0f32; BLOCK]; N]; N];
+        for (k, transformed) in by_column.iter_mut().enumerate() {
+            let x = left + k as isize;
+            let mut values = [[0f32; BLOCK]; N];
+            if x >= 0 && (x as usize) < rows.width {
+                for (value, line) in values.iter_mut().zip(&lines) {
+                    if let Some(line) = line {
+                        value.copy_from_slice(&line[x as usize * BLOCK..][..BLOCK]);
+                    }
                 }
             }
+            *transformed = transform(&values);
         }
-        let mut transformed = [[0f32; BLOCK]; VALUES];
-        input_transform(&patch, &mut transformed);
-        let tile = tile_row * plan.tiles.1 + tile_column;
-        for (xi, values) in transformed.iter().enumerate() {
-            // SAFETY: V[ξ][block][tile], this unit's (the function's contract).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    values.as_ptr(),
-                    v.at(xi * xi_stride + (block * tiles + tile) * BLOCK),
-                    BLOCK,
-                )
-            };
+        // (Bᵀ d) B: the same along each row a.
+        for a in 0..N {
+            let mut values = [[0f32; BLOCK]; N];
+            for (value, transformed) in values.iter_mut().zip(&by_column) {
+                *value = transformed[a];
+            }
+            for (b, value) in transform(&values).iter().enumerate() {
+                runs[a * N + b][column * BLOCK..][..BLOCK].copy_from_slice(value);
+            }
         }
     }
 }
 
 /// `Aᵀ m A` of the tiles of tile row `tile_row`, for filter block `block`, finished and
-/// stored in the image's output (the pixels inside it: a tile past an odd edge has one
-/// row or column less).
+/// stored in the image's output (the pixels inside it: a tile past an edge has rows or
+/// columns less).
 ///
 /// # Safety
 /// `m` holds the image's products (`m_stride` values per ξ); `out` (and `finish`'s
@@ -311,154 +390,205 @@ unsafe fn transform_output(
 ) {
     let tiles = plan.tile_count();
     let (height, width) = plan.output;
-    for tile_column in 0..plan.tiles.1 {
-        let tile = tile_row * plan.tiles.1 + tile_column;
-        let mut products = [[0f32; BLOCK]; VALUES];
-        for (xi, values) in products.iter_mut().enumerate() {
-            // SAFETY: M[ξ][block][tile], inside the products.
-            let source = unsafe {
-                std::slice::from_raw_parts(
-                    m.at(xi * m_stride + (block * tiles + tile) * BLOCK)
-                        .cast_const(),
-                    BLOCK,
-                )
-            };
-            values.copy_from_slice(source);
+    let side = plan.tile.output();
+    let run = plan.tiles.1 * BLOCK;
+    let first = (block * tiles + tile_row * plan.tiles.1) * BLOCK;
+    let products: [&[f32]; MAX_VALUES] = std::array::from_fn(|xi| {
+        if xi < plan.tile.values() {
+            // SAFETY: M[ξ][block][the row's tiles], inside the products, read only.
+            unsafe { std::slice::from_raw_parts(m.at(xi * m_stride + first).cast_const(), run) }
+        } else {
+            &[]
         }
-        let mut pixels = [[0f32; BLOCK]; 4];
-        output_transform(&products, &mut pixels);
-        for (index, pixel) in pixels.iter().enumerate() {
-            let (y, x) = (2 * tile_row + index / 2, 2 * tile_column + index % 2);
-            if y >= height || x >= width {
-                continue;
-            }
-            let at = ((block * height + y) * width + x) * BLOCK;
-            let mut values = *pixel;
-            finish_values(&mut values, finish, at);
-            // SAFETY: this pixel of this block, this unit's (the function's contract).
-            unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), out.at(at), BLOCK) };
+    });
+    let line = width * BLOCK;
+    let at = |row: usize| (block * height + side * tile_row + row) * line;
+    let rows = side.min(height - side * tile_row);
+    let mut lines: [&mut [f32]; MAX_SIDE] = std::array::from_fn(|row| {
+        if row < rows {
+            // SAFETY: this line of this block, this unit's alone (the function's
+            // contract); the lines are disjoint.
+            unsafe { std::slice::from_raw_parts_mut(out.at(at(row)), line) }
+        } else {
+            Default::default()
         }
+    });
+    transform_products(plan.tile, &products, plan.tiles.1, &mut lines[..rows]);
+    for (row, values) in lines[..rows].iter_mut().enumerate() {
+        // SAFETY: the residual has the output's layout, and this line is inside it.
+        let residual = finish.residual.map(|residual| unsafe {
+            std::slice::from_raw_parts(residual.at(at(row)).cast_const(), line)
+        });
+        finish_run(values, finish.scale, finish.shift, residual);
+        finish.epilogue.apply(values);
     }
-}
-
-/// `values * scale + shift + residual[at..]`, then the activation.
-fn finish_values(values: &mut [f32; BLOCK], finish: &Finish<'_>, at: usize) {
-    if let Some(scale) = finish.scale {
-        values
-            .iter_mut()
-            .zip(scale)
-            .for_each(|(value, scale)| *value *= scale);
-    }
-    if let Some(shift) = finish.shift {
-        values
-            .iter_mut()
-            .zip(shift)
-            .for_each(|(value, shift)| *value += shift);
-    }
-    if let Some(residual) = finish.residual {
-        // SAFETY: the residual has the output's layout, and `at` is inside it.
-        let residual = unsafe { std::slice::from_raw_parts(residual.at(at).cast_const(), BLOCK) };
-        values
-            .iter_mut()
-            .zip(residual)
-            .for_each(|(value, residual)| *value += residual);
-    }
-    finish.epilogue.apply(values);
 }
 
 super::simd::multiversion! {
-    // The index arithmetic spells out the transform's formulas.
-    #[allow(clippy::needless_range_loop)]
-    /// `out = Bᵀ d B` of one patch `d` (row-major, a vector of 16 channels per pixel),
-    /// row-major.
-    fn input_transform(d: &[[f32; BLOCK]; VALUES], out: &mut [[f32; BLOCK]; VALUES]) {
-        // Bᵀ d: per column k, x0 - x2, x1 + x2, x2 - x1, x1 - x3 of its rows.
-        let mut t = [[0f32; BLOCK]; VALUES];
-        for k in 0..4 {
-            for lane in 0..BLOCK {
-                let (d0, d1, d2, d3) = (d[k][lane], d[4 + k][lane], d[8 + k][lane], d[12 + k][lane]);
-                t[k][lane] = d0 - d2;
-                t[4 + k][lane] = d1 + d2;
-                t[8 + k][lane] = d2 - d1;
-                t[12 + k][lane] = d1 - d3;
-            }
+    /// The output pixels of the `columns` tiles of one tile row from their products
+    /// (`products[ξ][column * 16..][..16]`), into its output lines (as many as are inside
+    /// the output; the pixels past their end are dropped).
+    fn transform_products(tile: Tile, products: &[&[f32]; MAX_VALUES], columns: usize, lines: &mut [&mut [f32]]) {
+        match tile {
+            Tile::Two => transform_products_of::<4, 2>(output_transform2, products, columns, lines),
+            Tile::Four => transform_products_of::<6, 4>(output_transform4, products, columns, lines),
         }
-        // (Bᵀ d) B: the same along each row.
-        for row in 0..4 {
-            let r = row * 4;
-            for lane in 0..BLOCK {
-                let (t0, t1, t2, t3) = (t[r][lane], t[r + 1][lane], t[r + 2][lane], t[r + 3][lane]);
-                out[r][lane] = t0 - t2;
-                out[r + 1][lane] = t1 + t2;
-                out[r + 2][lane] = t2 - t1;
-                out[r + 3][lane] = t1 - t3;
+    }
+}
+
+/// [`transform_products`] for products of side `N` and output tiles of side `M`, with
+/// `Aᵀ x` (`transform`) of the products' rows and columns.
+#[inline(always)]
+fn transform_products_of<const N: usize, const M: usize>(
+    transform: impl Fn(&[[f32; BLOCK]; N]) -> [[f32; BLOCK]; M],
+    products: &[&[f32]; MAX_VALUES],
+    columns: usize,
+    lines: &mut [&mut [f32]],
+) {
+    for column in 0..columns {
+        let at = column * BLOCK;
+        // Aᵀ m per column k: by_column[k][r].
+        let mut by_column = [[[0f32; BLOCK]; M]; N];
+        for (k, transformed) in by_column.iter_mut().enumerate() {
+            let mut values = [[0f32; BLOCK]; N];
+            for (i, value) in values.iter_mut().enumerate() {
+                value.copy_from_slice(&products[i * N + k][at..at + BLOCK]);
+            }
+            *transformed = transform(&values);
+        }
+        // (Aᵀ m) A: the same along each row r, into output line r.
+        for (r, line) in lines.iter_mut().enumerate() {
+            let mut values = [[0f32; BLOCK]; N];
+            for (value, transformed) in values.iter_mut().zip(&by_column) {
+                *value = transformed[r];
+            }
+            for (c, pixel) in transform(&values).iter().enumerate() {
+                let x = (column * M + c) * BLOCK;
+                if let Some(target) = line.get_mut(x..x + BLOCK) {
+                    target.copy_from_slice(pixel);
+                }
             }
         }
     }
 }
 
 super::simd::multiversion! {
-    // The index arithmetic spells out the transform's formulas.
-    #[allow(clippy::needless_range_loop)]
-    /// `out = Aᵀ m A` of one tile's products `m` (row-major): its 2x2 output pixels,
-    /// row-major.
-    fn output_transform(m: &[[f32; BLOCK]; VALUES], out: &mut [[f32; BLOCK]; 4]) {
-        // Aᵀ m: per column k, x0 + x1 + x2 and x1 - x2 - x3 of its rows.
-        let mut t = [[0f32; BLOCK]; 8];
-        for k in 0..4 {
-            for lane in 0..BLOCK {
-                let (m0, m1, m2, m3) = (m[k][lane], m[4 + k][lane], m[8 + k][lane], m[12 + k][lane]);
-                t[k][lane] = m0 + m1 + m2;
-                t[4 + k][lane] = m1 - m2 - m3;
+    /// `values * scale + shift + residual` of a run of pixels of one block of 16 filters
+    /// (`scale`, `shift`: the block's 16).
+    fn finish_run(
+        values: &mut [f32],
+        scale: Option<&[f32]>,
+        shift: Option<&[f32]>,
+        residual: Option<&[f32]>,
+    ) {
+        for (index, pixel) in values.chunks_exact_mut(BLOCK).enumerate() {
+            if let Some(scale) = scale {
+                pixel.iter_mut().zip(scale).for_each(|(value, scale)| *value *= scale);
             }
-        }
-        // (Aᵀ m) A: the same along each row.
-        for row in 0..2 {
-            let r = row * 4;
-            for lane in 0..BLOCK {
-                let (t0, t1, t2, t3) = (t[r][lane], t[r + 1][lane], t[r + 2][lane], t[r + 3][lane]);
-                out[row * 2][lane] = t0 + t1 + t2;
-                out[row * 2 + 1][lane] = t1 - t2 - t3;
+            if let Some(shift) = shift {
+                pixel.iter_mut().zip(shift).for_each(|(value, shift)| *value += shift);
+            }
+            if let Some(residual) = residual {
+                pixel
+                    .iter_mut()
+                    .zip(&residual[index * BLOCK..][..BLOCK])
+                    .for_each(|(value, residual)| *value += residual);
             }
         }
     }
+}
+
+/// `Bᵀ x` for F(2x2, 3x3), lane by lane: the 4 values of one patch row or column.
+#[inline(always)]
+fn input_transform2(x: &[[f32; BLOCK]; 4]) -> [[f32; BLOCK]; 4] {
+    let mut out = [[0f32; BLOCK]; 4];
+    for lane in 0..BLOCK {
+        let [x0, x1, x2, x3] = [0, 1, 2, 3].map(|i| x[i][lane]);
+        out[0][lane] = x0 - x2;
+        out[1][lane] = x1 + x2;
+        out[2][lane] = x2 - x1;
+        out[3][lane] = x1 - x3;
+    }
+    out
+}
+
+/// `Aᵀ x` for F(2x2, 3x3), lane by lane: 4 values of one product row or column to 2.
+#[inline(always)]
+fn output_transform2(x: &[[f32; BLOCK]; 4]) -> [[f32; BLOCK]; 2] {
+    let mut out = [[0f32; BLOCK]; 2];
+    for lane in 0..BLOCK {
+        let [x0, x1, x2, x3] = [0, 1, 2, 3].map(|i| x[i][lane]);
+        out[0][lane] = x0 + x1 + x2;
+        out[1][lane] = x1 - x2 - x3;
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{input_transform, output_transform, BLOCK, VALUES};
+    use super::{transform_products, transform_row, InputRows, Tile, BLOCK, MAX_VALUES};
 
     #[test]
     fn the_transforms_compute_a_3x3_correlation_of_a_patch() {
         // With U = G g Gᵀ from winograd's weight transform, Aᵀ (U ⊙ Bᵀ d B) A is the
-        // 2x2 correlation of the 4x4 patch d with g, lane by lane.
+        // correlation of the patch d with g, lane by lane: 2x2 of a 4x4 patch, 4x4 of 6x6.
+        // Two tiles side by side; the patch of the second reaches one column past the
+        // input, read as zeros.
         let g: Vec<f32> = (0..9).map(|index| index as f32 * 0.25 - 1.0).collect();
-        let u = crate::kernels::winograd::transform_weights(
-            &g,
-            1,
-            1,
-            crate::kernels::winograd::Tile::Two,
-        );
-        let d: [[f32; BLOCK]; VALUES] = std::array::from_fn(|index| {
-            std::array::from_fn(|lane| (index * 7 + lane * 3) as f32 % 5.0 - 2.0)
-        });
-        let mut v = [[0f32; BLOCK]; VALUES];
-        input_transform(&d, &mut v);
-        let products: [[f32; BLOCK]; VALUES] =
-            std::array::from_fn(|xi| std::array::from_fn(|lane| u[xi] * v[xi][lane]));
-        let mut y = [[0f32; BLOCK]; 4];
-        output_transform(&products, &mut y);
-        for (index, pixel) in y.iter().enumerate() {
-            let (row, column) = (index / 2, index % 2);
-            for lane in 0..BLOCK {
-                let expected: f32 = (0..9)
-                    .map(|tap| g[tap] * d[(row + tap / 3) * 4 + column + tap % 3][lane])
-                    .sum();
-                assert!(
-                    (pixel[lane] - expected).abs() < 1e-4,
-                    "pixel {index} lane {lane}: {} against {expected}",
-                    pixel[lane]
-                );
+        for tile in [Tile::Two, Tile::Four] {
+            let (side, patch_side, values) = (tile.output(), tile.input(), tile.values());
+            let (height, width) = (patch_side, side + patch_side - 1);
+            let u = crate::kernels::winograd::transform_weights(&g, 1, 1, tile);
+            let input: Vec<f32> = (0..height * width * BLOCK)
+                .map(|index| (index * 7 + index / BLOCK * 3) as f32 % 5.0 - 2.0)
+                .collect();
+            let pixel = |y: usize, x: usize, lane: usize| {
+                if x < width {
+                    input[(y * width + x) * BLOCK + lane]
+                } else {
+                    0.0
+                }
+            };
+            let rows = InputRows {
+                input: &input,
+                height,
+                width,
+                top: 0,
+                left: 0,
+            };
+            let mut v = vec![vec![0f32; 2 * BLOCK]; MAX_VALUES];
+            {
+                let mut runs = v.iter_mut();
+                let mut runs: [&mut [f32]; MAX_VALUES] =
+                    std::array::from_fn(|_| runs.next().expect("a run per value").as_mut_slice());
+                transform_row(tile, &rows, 2, &mut runs);
+            }
+            let products: Vec<Vec<f32>> = (0..MAX_VALUES)
+                .map(|xi| {
+                    (0..2 * BLOCK)
+                        .map(|at| if xi < values { u[xi] * v[xi][at] } else { 0.0 })
+                        .collect()
+                })
+                .collect();
+            let products: [&[f32]; MAX_VALUES] = std::array::from_fn(|xi| &products[xi][..]);
+            // Output lines one pixel short of the two tiles: the last pixel is dropped.
+            let line = (2 * side - 1) * BLOCK;
+            let mut out = vec![vec![f32::NAN; line]; side];
+            {
+                let mut lines: Vec<&mut [f32]> = out.iter_mut().map(|line| &mut line[..]).collect();
+                transform_products(tile, &products, 2, &mut lines);
+            }
+            for (y, line) in out.iter().enumerate() {
+                for (index, value) in line.iter().enumerate() {
+                    let (x, lane) = (index / BLOCK, index % BLOCK);
+                    let expected: f32 = (0..9)
+                        .map(|tap| g[tap] * pixel(y + tap / 3, x + tap % 3, lane))
+                        .sum();
+                    assert!(
+                        (value - expected).abs() < 1e-4,
+                        "{tile:?} pixel ({y}, {x}) lane {lane}: {value} against {expected}"
+                    );
+                }
             }
         }
     }

@@ -421,7 +421,7 @@ enum Algorithm {
     Winograd(Tile),
     FilterPanels,
     Blocked { input_blocked: bool, avx512: bool },
-    BlockedWinograd { avx512: bool },
+    BlockedWinograd { tile: Tile, avx512: bool },
 }
 
 impl Algorithm {
@@ -445,8 +445,8 @@ impl Algorithm {
                     input_blocked,
                     avx512,
                 } => blocked_conv(shape, input_blocked, avx512, operands, executor),
-                Algorithm::BlockedWinograd { avx512 } => {
-                    blocked_winograd::blocked_winograd(shape, avx512, operands, executor)
+                Algorithm::BlockedWinograd { tile, avx512 } => {
+                    blocked_winograd::blocked_winograd(shape, tile, avx512, operands, executor)
                 }
             }
         }
@@ -1002,16 +1002,18 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     }
     let whole_blocks =
         |view: &super::tensor::View<'_>| view.shape.len() != 5 || view.shape[4] == BLOCK as i64;
-    // `[16, ceil(out / 64), in, 64]` onto a blocked output: the blocked Winograd form
-    // (see `blocked_winograd`).
-    let blocked_winograd_form =
-        blocked && w.shape.len() == 4 && w.shape[0] == 16 && w.shape[3] == PANEL as i64;
+    // `[16 or 36, ceil(out / 64), in, 64]` onto a blocked output: the blocked Winograd
+    // form of F(2x2, 3x3) or F(4x4, 3x3) (see `blocked_winograd`).
+    let blocked_winograd_tile = (blocked && w.shape.len() == 4 && w.shape[3] == PANEL as i64)
+        .then(|| Tile::of_values(w.shape[0] as usize))
+        .flatten();
+    let blocked_winograd_form = blocked_winograd_tile.is_some();
     if !whole_blocks(&x)
         || !whole_blocks(&out)
         || (blocked && w.shape.len() != 5 && !blocked_winograd_form)
     {
         return Err(format!(
-            "{name}: a blocked convolution takes blocks of {BLOCK} channels and its kernel in filter panels (or in blocked Winograd F(2x2, 3x3) form, [16, ceil(out / 64), in, 64]): x {:?}, w {:?}, out {:?}",
+            "{name}: a blocked convolution takes blocks of {BLOCK} channels and its kernel in filter panels (or in blocked Winograd form, [16 or 36, ceil(out / 64), in, 64]): x {:?}, w {:?}, out {:?}",
             x.shape, w.shape, out.shape
         ));
     }
@@ -1025,7 +1027,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
             w.shape.len()
         ));
     }
-    let algorithm = if blocked_winograd_form {
+    let algorithm = if let Some(tile) = blocked_winograd_tile {
         if !input_blocked {
             return Err(format!(
                 "{name}: a blocked Winograd convolution takes a blocked input: x {:?}",
@@ -1033,6 +1035,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
             ));
         }
         Algorithm::BlockedWinograd {
+            tile,
             avx512: avx512_available(),
         }
     } else if blocked {
@@ -1099,10 +1102,10 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     let fits = groups > 0
         && shape.channels.is_multiple_of(groups)
         && shape.filters.is_multiple_of(groups)
-        && (if blocked_winograd_form {
+        && (if let Some(tile) = blocked_winograd_tile {
             w.shape
                 == [
-                    16,
+                    tile.values() as i64,
                     shape.filters.div_ceil(PANEL) as i64,
                     shape.channels as i64,
                     PANEL as i64,
@@ -1174,7 +1177,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     // kernel, stride 1, no dilation, one group; for filter panels: one group, the panels
     // of the output's filters; blocked: whole blocks of channels in `x` and `out`; blocked
     // Winograd: also a blocked `x`, what `blocked_winograd::computes`, and the form's
-    // `[16, ceil(F / 64), C, 64]`).
+    // `[16 or 36, ceil(F / 64), C, 64]` for its tile).
     unsafe {
         algorithm.convolve(
             &shape,

@@ -43,7 +43,7 @@ impl Tile {
     }
 
     /// Input pixels per side of a tile's patch (m + 2).
-    fn input(self) -> usize {
+    pub(crate) fn input(self) -> usize {
         self.output() + 2
     }
 
@@ -568,7 +568,7 @@ super::simd::multiversion! {
 
 /// `Bᵀ x` for F(4x4, 3x3), lane by lane: the 6 values of one patch row or column.
 #[inline(always)]
-fn input_transform4(x: &[[f32; LANES]; 6]) -> [[f32; LANES]; 6] {
+pub(super) fn input_transform4(x: &[[f32; LANES]; 6]) -> [[f32; LANES]; 6] {
     let mut out = [[0f32; LANES]; 6];
     for lane in 0..LANES {
         let [x0, x1, x2, x3, x4, x5] = [0, 1, 2, 3, 4, 5].map(|i| x[i][lane]);
@@ -584,7 +584,7 @@ fn input_transform4(x: &[[f32; LANES]; 6]) -> [[f32; LANES]; 6] {
 
 /// `Aᵀ x` for F(4x4, 3x3), lane by lane: 6 values of one product row or column to 4.
 #[inline(always)]
-fn output_transform4(x: &[[f32; LANES]; 6]) -> [[f32; LANES]; 4] {
+pub(super) fn output_transform4(x: &[[f32; LANES]; 6]) -> [[f32; LANES]; 4] {
     let mut out = [[0f32; LANES]; 4];
     for lane in 0..LANES {
         let [x0, x1, x2, x3, x4, x5] = [0, 1, 2, 3, 4, 5].map(|i| x[i][lane]);
