@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
 /// Runs the build script of the package `package_id` (of the manifest `manifest_path`)
 /// with `cargo check --message-format=json`, Cargo's progress shown on stderr, and
@@ -17,8 +17,20 @@ pub fn build_script_out_dir(manifest_path: &Path, package_id: &str) -> Result<Pa
     ]
     .map(str::to_string);
     let shown = format!("cargo {}", arguments.join(" "));
-    let mut child = crate::cargo::command()
-        .args(&arguments)
+    let mut command = crate::cargo::command();
+    command.args(&arguments);
+    out_dir_reported(command, &shown, package_id)
+}
+
+/// Runs `command` (a `cargo check` with JSON messages, shown as `shown` in errors), its
+/// stderr shown, and returns the `OUT_DIR` it reports for the build script of
+/// `package_id`.
+fn out_dir_reported(
+    mut command: Command,
+    shown: &str,
+    package_id: &str,
+) -> Result<PathBuf, String> {
+    let mut child = command
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|error| format!("running `{shown}`: {error}"))?;
@@ -79,5 +91,45 @@ mod tests {
         for line in [dependency, &artifact, "warning: not JSON", ""] {
             assert_eq!(out_dir_in_message(line, ID), None, "{line}");
         }
+    }
+
+    /// A shell that prints `lines` on stdout, then exits with `status`: a stand-in for
+    /// Cargo.
+    fn cargo_printing(lines: &[&str], status: i32) -> Command {
+        let mut script = String::new();
+        for line in lines {
+            script.push_str(&format!("printf '%s\\n' '{line}'\n"));
+        }
+        script.push_str(&format!("exit {status}\n"));
+        let mut command = Command::new("sh");
+        command.args(["-c", &script]);
+        command
+    }
+
+    #[test]
+    fn the_reported_out_dir_is_returned_and_a_failed_or_missing_build_script_explained() {
+        let ours = format!(
+            r#"{{"reason":"build-script-executed","package_id":"{ID}","out_dir":"/t/app/out"}}"#
+        );
+        let theirs = r#"{"reason":"build-script-executed","package_id":"registry+x#libc@0.2.1","out_dir":"/t/libc/out"}"#;
+        let shown = "cargo check --manifest-path app/Cargo.toml";
+        assert_eq!(
+            out_dir_reported(cargo_printing(&[theirs, &ours], 0), shown, ID),
+            Ok(PathBuf::from("/t/app/out"))
+        );
+        // The check failed: even with the script's message, the build is what to fix.
+        let failed = out_dir_reported(cargo_printing(&[&ours], 101), shown, ID).unwrap_err();
+        assert!(
+            failed.starts_with(&format!("`{shown}` failed (exit status: 101"))
+                && failed.contains("fix the build, then tune again"),
+            "{failed}"
+        );
+        // It passed, but no build script of the package ran.
+        let missing = out_dir_reported(cargo_printing(&[theirs], 0), shown, ID).unwrap_err();
+        assert!(
+            missing.contains(&format!("did not run a build script of package `{ID}`"))
+                && missing.contains("needs a build.rs that writes the file"),
+            "{missing}"
+        );
     }
 }
