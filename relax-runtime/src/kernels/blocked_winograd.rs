@@ -24,7 +24,7 @@
 
 use super::blocked::{ImageTiles, Source, WeightStrides, BLOCK, SEGMENT};
 use super::conv::{Conv2d, Operands};
-use super::epilogue::Epilogue;
+use super::epilogue::{add, Epilogue};
 use super::panels::PANEL;
 use super::parallel::{for_each_unit, Executor, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
@@ -102,9 +102,9 @@ impl Plan {
 ///
 /// # Safety
 /// `computes(shape)`; `x` holds `shape.batch` images `[C / 16, H, W, 16]`, `w`
-/// `tile.values() * ceil(F / 64) * C * 64` values, `out` and `residual` `[N, F / 16, OH, OW, 16]`, `per_filter` a value per
-/// filter; all valid for the call, and `out` overlaps none of the others. `avx512` only
-/// where the CPU has AVX-512F.
+/// `tile.values() * ceil(F / 64) * C * 64` values, `out` and `residual` `[N, F / 16, OH,
+/// OW, 16]`, `per_filter` a value per filter; all valid for the call, and `out` overlaps
+/// none of the others. `avx512` only where the CPU has AVX-512F.
 pub(crate) unsafe fn blocked_winograd(
     shape: &Conv2d,
     tile: Tile,
@@ -419,7 +419,10 @@ unsafe fn transform_output(
         let residual = finish.residual.map(|residual| unsafe {
             std::slice::from_raw_parts(residual.at(at(row)).cast_const(), line)
         });
-        finish_run(values, finish.scale, finish.shift, residual);
+        scale_shift_lanes(values, finish.scale, finish.shift);
+        if let Some(residual) = residual {
+            add(values, residual);
+        }
         finish.epilogue.apply(values);
     }
 }
@@ -473,26 +476,15 @@ fn transform_products_of<const N: usize, const M: usize>(
 }
 
 super::simd::multiversion! {
-    /// `values * scale + shift + residual` of a run of pixels of one block of 16 filters
-    /// (`scale`, `shift`: the block's 16).
-    fn finish_run(
-        values: &mut [f32],
-        scale: Option<&[f32]>,
-        shift: Option<&[f32]>,
-        residual: Option<&[f32]>,
-    ) {
-        for (index, pixel) in values.chunks_exact_mut(BLOCK).enumerate() {
+    /// `values * scale + shift` of a run of pixels of one block of 16 filters (`scale`,
+    /// `shift`: the block's 16).
+    fn scale_shift_lanes(values: &mut [f32], scale: Option<&[f32]>, shift: Option<&[f32]>) {
+        for pixel in values.chunks_exact_mut(BLOCK) {
             if let Some(scale) = scale {
                 pixel.iter_mut().zip(scale).for_each(|(value, scale)| *value *= scale);
             }
             if let Some(shift) = shift {
                 pixel.iter_mut().zip(shift).for_each(|(value, shift)| *value += shift);
-            }
-            if let Some(residual) = residual {
-                pixel
-                    .iter_mut()
-                    .zip(&residual[index * BLOCK..][..BLOCK])
-                    .for_each(|(value, residual)| *value += residual);
             }
         }
     }
