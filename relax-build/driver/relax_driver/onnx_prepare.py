@@ -207,9 +207,10 @@ def describe(operator):
 def check_supported(model, source_path):
     """Raises one error naming every operator of `model` TVM's importer cannot convert."""
     import tvm
-    from tvm.relax.frontend.onnx import onnx_frontend
 
-    operators = unsupported_operators(model, onnx_frontend._get_convert_map())
+    from . import onnx_ops
+
+    operators = unsupported_operators(model, onnx_ops.convert_map())
     if not operators:
         return
     raise DriverError(

@@ -5,7 +5,7 @@ import io
 import re
 import traceback
 
-from . import onnx_prepare
+from . import onnx_ops, onnx_prepare
 from .errors import DriverError
 
 ONNX_EMBED_LIMIT_BYTES = 1 << 20
@@ -137,7 +137,7 @@ def load(request):
     external = mode == "external" or (mode == "auto" and initializer_bytes > ONNX_EMBED_LIMIT_BYTES)
     printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed), onnx_ops.registered():
             ir_module = from_onnx(model, keep_params_in_input=external)
     except tvm.error.OpNotImplemented as error:
         unsupported = str(error).split(":", 1)[-1].strip()
