@@ -28,6 +28,7 @@
 //! | `relax_runtime.softmax_add` | `x, mask, out`: `softmax(x + mask)`, `mask` of x's rank broadcast where its dims are 1 |
 //! | `relax_runtime.layer_norm` | `x[.., N], gamma[N], beta[N], epsilon, out` |
 //! | `relax_runtime.reduce_trailing` | `x, axes, mean, out`: sum (mean when `mean` is 1) over the last `axes` axes |
+//! | `relax_runtime.recurrent` | an RNN, GRU or LSTM layer's steps over its input projection (see `recurrent`) |
 //!
 //! `w` is `[N, K]` with `transpose_w = 1` (`x · wᵀ`, as `nn.Linear` stores it), else
 //! `[K, N]`; `epilogue` is [`Epilogue`]'s code. Every argument is checked (dtype,
@@ -44,6 +45,7 @@ mod filter_panels;
 mod gemm;
 mod panels;
 mod parallel;
+mod recurrent;
 mod rows;
 mod scratch;
 mod simd;
@@ -84,6 +86,7 @@ const KERNELS: &[(&str, Kernel)] = &[
     ("relax_runtime.softmax_add", rows::softmax_add),
     ("relax_runtime.layer_norm", rows::layer_norm),
     ("relax_runtime.reduce_trailing", rows::reduce_trailing),
+    ("relax_runtime.recurrent", recurrent::recurrent),
 ];
 
 /// The `safe_call` of every kernel: `handle` points to the kernel's entry of [`KERNELS`].
