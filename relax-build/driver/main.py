@@ -49,17 +49,25 @@ def check_tvm_version(request):
 
 
 def load_model(request):
-    """The request's model as (IRModule, weight names or None, ONNX weights or None,
-    warnings for the build's output)."""
+    """The request's model as (IRModule, weight names or None, weight values to write or
+    None, warnings for the build's output)."""
     if request["source_kind"] == "onnx":
         from relax_driver import onnx_source
 
         ir_module, onnx_weights, warnings = onnx_source.load(request)
         return ir_module, None, onnx_weights, warnings
-    from relax_driver import sources
+    if request["source_kind"] == "torch_program":
+        from relax_driver import torch_source
+
+        return torch_source.load_program(request)
+    from relax_driver import sources, torch_source
 
     module = sources.import_source(request["model"], request["source"])
     entry = sources.resolve_entry(module, request["entry"], request["source"])
+    if torch_source.imported():
+        entry = torch_source.resolve(entry, request["source"])
+        if torch_source.is_module(entry):
+            return torch_source.export_module(entry, request)
     ir_module, weight_names = sources.load_ir_module(entry, request["inputs"], request["source"])
     return ir_module, weight_names, None, []
 
@@ -69,7 +77,7 @@ def run(request):
     check_tvm_version(request)
     from relax_driver import signature
 
-    ir_module, weight_names, onnx_weights, warnings = load_model(request)
+    ir_module, weight_names, written_weights, warnings = load_model(request)
     layouts = {}
     if request.get("offload") and request["pipeline"] != "default":
         # Matmuls and convolutions to relax-runtime's kernels; what they run is not
@@ -96,9 +104,9 @@ def run(request):
     target = build.make_target(request)
     executable = build.compile_module(ir_module, target, request)
     build.export_library(executable, output_dir, request["library_name"], request.get("cross_compiler"))
-    if onnx_weights is not None:
+    if written_weights is not None:
         names = [weight["name"] for weight in functions[0]["weights"]]
-        files.write_safetensors(os.path.join(output_dir, request["weights_name"]), list(zip(names, onnx_weights)))
+        files.write_safetensors(os.path.join(output_dir, request["weights_name"]), list(zip(names, written_weights)))
     import tvm
 
     document = {
@@ -106,7 +114,7 @@ def run(request):
         "tvm_version": tvm.__version__,
         "target": str(target),
         "functions": functions,
-        "weights_written": onnx_weights is not None,
+        "weights_written": written_weights is not None,
         "warnings": warnings,
     }
     files.write_atomically(

@@ -218,7 +218,7 @@ pub(crate) fn materialize(
     let source = &model.source_label;
     let origin = match model.kind {
         SourceKind::Python => format!("`{source}`, entry `{}`", model.entry),
-        SourceKind::Onnx => format!("`{source}`"),
+        SourceKind::Onnx | SourceKind::TorchProgram => format!("`{source}`"),
     };
     let library_path = format!("relax/{}/{}", model.name, artifacts::LIBRARY);
     let weights_path = format!("relax/{}/{}", model.name, WEIGHTS);

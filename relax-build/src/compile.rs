@@ -54,7 +54,9 @@ impl Job<'_> {
             source_kind: match model.kind {
                 SourceKind::Python => "python",
                 SourceKind::Onnx => "onnx",
+                SourceKind::TorchProgram => "torch_program",
             },
+            weights_file: self.weights_file.map(Path::to_path_buf),
             entry: model.entry.clone(),
             inputs: method_specs(model),
             target: self.target.tvm.clone(),
@@ -274,6 +276,9 @@ pub fn describe_failure(model: &Model, target: &CompileTarget<'_>, failure: Fail
             match model.kind {
                 SourceKind::Onnx => format!("{message}; use [{}.main]", model.key("inputs")),
                 SourceKind::Python => format!("{message}; name a method of `{}`", model.entry),
+                SourceKind::TorchProgram => {
+                    format!("{message}; a .pt2 program's inputs are the ones it was exported with: remove `inputs`")
+                }
             },
             String::new(),
         ),
@@ -296,7 +301,7 @@ pub fn describe_failure(model: &Model, target: &CompileTarget<'_>, failure: Fail
             format!("{message}; export the model again (e.g. torch.onnx.export) or point `source` at the right file"),
             detail,
         ),
-        FailureKind::OnnxUnsupported => {
+        FailureKind::OnnxUnsupported | FailureKind::TorchUnsupported => {
             return Error::UnsupportedOperator {
                 model: model.name.clone(),
                 key: model.key("source"),
@@ -311,6 +316,16 @@ pub fn describe_failure(model: &Model, target: &CompileTarget<'_>, failure: Fail
                 },
             }
         }
+        FailureKind::TorchInvalid => (
+            Some(model.key("source")),
+            format!("{message}; save the program again with torch.export.save (torch {})", crate::versions::TORCH_VERSION),
+            detail,
+        ),
+        FailureKind::WeightsKeys => (
+            Some(model.key("weights")),
+            format!("{message}; save the module's state_dict() with safetensors (safetensors.torch.save_file)"),
+            detail,
+        ),
         FailureKind::OnnxImport => (
             Some(model.key("source")),
             format!("TVM's ONNX importer failed: {message}"),
@@ -396,6 +411,11 @@ fn copy_weights(job: &Job<'_>, signature: &Signature, dir: &Path) -> Result<()> 
                 "the driver reported weights but wrote no weights file".to_string(),
             )),
         };
+    }
+    if model.needs_torch {
+        // The driver loaded a torch module's weights file into the module itself
+        // (strictly: its keys are checked there), and the parameters were compiled in.
+        return Ok(());
     }
     let Some(weights_path) = job.weights_file else {
         if wanted.is_empty() {

@@ -89,6 +89,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/sources.py"),
     ),
     (
+        "relax_driver/torch_source.py",
+        include_str!("../driver/relax_driver/torch_source.py"),
+    ),
+    (
         "relax_driver/tune.py",
         include_str!("../driver/relax_driver/tune.py"),
     ),
@@ -141,7 +145,7 @@ pub struct Request {
     pub action: Action,
     pub model: String,
     pub source: PathBuf,
-    /// `python` or `onnx`.
+    /// `python`, `onnx` or `torch_program`.
     pub source_kind: &'static str,
     pub entry: String,
     pub inputs: Vec<MethodSpec>,
@@ -154,6 +158,8 @@ pub struct Request {
     pub opt_level: u8,
     pub offload: bool,
     pub onnx_prepare: bool,
+    /// The model's safetensors file (a torch module's `load_state_dict` reads it).
+    pub weights_file: Option<PathBuf>,
     /// `auto`, `embed` or `external` (ONNX initializers).
     pub weights_mode: &'static str,
     pub output_dir: PathBuf,
@@ -200,6 +206,13 @@ pub enum FailureKind {
     OnnxImport,
     /// The ONNX preparation step (shape folding) failed.
     OnnxPrepare,
+    /// A `.pt2` file torch cannot load.
+    TorchInvalid,
+    /// aten operators TVM's PyTorch importer has no converter for (`operators`).
+    TorchUnsupported,
+    /// A torch module's weights file does not match its state dict (missing or
+    /// unexpected keys).
+    WeightsKeys,
     /// The manifest's input spec contradicts the ONNX graph.
     InputsContradiction,
     /// An argument or output is not a tensor of known rank.
@@ -425,6 +438,7 @@ mod tests {
             opt_level: 3,
             offload: true,
             onnx_prepare: true,
+            weights_file: None,
             weights_mode: "auto",
             output_dir: PathBuf::from("/out"),
             library_name: "library.so",

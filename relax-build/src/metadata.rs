@@ -116,6 +116,17 @@ pub enum SourceKind {
     Python,
     /// An ONNX model, imported with `tvm.relax.frontend.onnx.from_onnx`.
     Onnx,
+    /// A PyTorch program saved with `torch.export.save` (`.pt2`), imported with
+    /// `tvm.relax.frontend.torch.from_exported_program`.
+    TorchProgram,
+}
+
+impl SourceKind {
+    /// Whether the model's graph and weights come from the file itself (ONNX, `.pt2`),
+    /// so that it has no entry and `weights` is "embed" or "external".
+    pub fn is_graph_file(self) -> bool {
+        matches!(self, SourceKind::Onnx | SourceKind::TorchProgram)
+    }
 }
 
 /// Where a file the build needs comes from.
@@ -224,6 +235,9 @@ pub struct Model {
     pub source_label: String,
     /// What kind of source it is.
     pub kind: SourceKind,
+    /// Whether compiling it needs PyTorch: a `.pt2` program, or a `.py` source that
+    /// imports torch (a `torch.nn.Module`).
+    pub needs_torch: bool,
     /// Extra files and folders the source imports (walked recursively).
     pub include: Vec<PathBuf>,
     /// The attribute to compile (.py sources; empty for .onnx).
@@ -715,16 +729,23 @@ fn validate_model(
     let kind = match source_path.extension().and_then(|ext| ext.to_str()) {
         Some("py") => SourceKind::Python,
         Some("onnx") => SourceKind::Onnx,
+        Some("pt2") => SourceKind::TorchProgram,
         _ => {
             return Err(keys.error(
                 key("source"),
                 format!(
                     "`{source}` is not a supported source: expected a Python file (.py) defining a \
-                     relax.frontend.nn module, a TVMScript IRModule or a function returning an IRModule, \
-                     or an ONNX model (.onnx)"
+                     relax.frontend.nn module, a TVMScript IRModule, a function returning an IRModule \
+                     or a torch.nn.Module, an ONNX model (.onnx), or a PyTorch program saved with \
+                     torch.export.save (.pt2)"
                 ),
             ))
         }
+    };
+    let needs_torch = match kind {
+        SourceKind::TorchProgram => true,
+        SourceKind::Onnx => false,
+        SourceKind::Python => imports_torch(&source_path),
     };
     let entry = match (kind, raw.entry) {
         (SourceKind::Python, Some(entry)) => entry,
@@ -740,27 +761,37 @@ fn validate_model(
                 "an ONNX model has no entry to choose (its graph is the function `main`); remove the key",
             ))
         }
-        (SourceKind::Onnx, None) => String::new(),
+        (SourceKind::TorchProgram, Some(_)) => {
+            return Err(keys.error(
+                key("entry"),
+                "a .pt2 program has no entry to choose (it is one exported `forward`); remove the key",
+            ))
+        }
+        (SourceKind::Onnx | SourceKind::TorchProgram, None) => String::new(),
+    };
+    let graph_file = match kind {
+        SourceKind::TorchProgram => "a .pt2 program",
+        _ => "an ONNX model",
     };
     let weights = match (kind, raw.weights) {
         (_, None) => Weights::Auto,
-        (SourceKind::Onnx, Some(toml::Value::String(mode))) => match mode.as_str() {
+        (kind, Some(toml::Value::String(mode))) if kind.is_graph_file() => match mode.as_str() {
             "embed" => Weights::Embed,
             "external" => Weights::External,
             other => {
                 return Err(keys.error(
                     key("weights"),
-                    format!("`{other}`: for an ONNX model, weights is \"embed\" (initializers compiled in) or \"external\" (stored next to the library); the values come from the graph"),
+                    format!("`{other}`: for {graph_file}, weights is \"embed\" (compiled in) or \"external\" (stored next to the library); the values come from the file"),
                 ))
             }
         },
-        (SourceKind::Onnx, Some(other)) => {
+        (kind, Some(other)) if kind.is_graph_file() => {
             return Err(keys.error(
                 key("weights"),
-                format!("expected \"embed\" or \"external\" for an ONNX model, found {other}"),
+                format!("expected \"embed\" or \"external\" for {graph_file}, found {other}"),
             ))
         }
-        (SourceKind::Python, Some(value)) => {
+        (_, Some(value)) => {
             let source = file_source(value, &key("weights"), manifest_dir, keys)?;
             if let FileSource::Local(path) = &source {
                 if path.extension().and_then(|ext| ext.to_str()) != Some("safetensors") {
@@ -846,12 +877,20 @@ fn validate_model(
             arguments: parsed,
         });
     }
+    if kind == SourceKind::TorchProgram && !inputs.is_empty() {
+        return Err(keys.error(
+            key("inputs"),
+            "a .pt2 program's inputs are the ones it was exported with (their dims as torch.export \
+             made them); remove the key",
+        ));
+    }
     Ok(Model {
         name,
         manifest_dir: manifest_dir.to_path_buf(),
         source: source_path,
         source_label: source,
         kind,
+        needs_torch,
         include,
         entry,
         weights,
@@ -859,6 +898,20 @@ fn validate_model(
         options,
         inputs,
         tune: raw.tune,
+    })
+}
+
+/// Whether a Python source imports torch (an `import torch` or `from torch` line), so
+/// that compiling it needs PyTorch in the toolchain.
+fn imports_torch(source: &Path) -> bool {
+    std::fs::read_to_string(source).is_ok_and(|text| {
+        text.lines().any(|line| {
+            let line = line.trim_start();
+            ["import torch", "from torch"].iter().any(|start| {
+                line.strip_prefix(start)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '.', ',']))
+            })
+        })
     })
 }
 

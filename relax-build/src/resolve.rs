@@ -249,6 +249,9 @@ impl Resolver {
         let toolchain = self
             .toolchain()
             .map_err(|message| Error::Toolchain { message })?;
+        if model.needs_torch {
+            toolchain.ensure_torch(self.cargo(), &model.name)?;
+        }
         let target = self.compile_target(model)?;
         let driver = driver::install(&self.cache().drivers_dir())?;
         let weights_file = match model.weights_source() {

@@ -31,7 +31,7 @@ use crate::env;
 use crate::error::{io, Error, Result};
 use crate::files::{self, LockFile};
 use crate::metadata::PythonSetting;
-use crate::versions::{install_command, requirements, TVM_VERSION};
+use crate::versions::{install_command, requirements, TORCH_VERSION, TVM_VERSION};
 
 /// A usable Python with TVM.
 #[derive(Debug, Clone)]
@@ -354,6 +354,65 @@ fn toolchain_from(
 }
 
 const COMPLETE_MARKER: &str = "relax-toolchain-complete";
+
+impl Toolchain {
+    /// Makes sure this Python can import torch, for PyTorch sources (`model` names the
+    /// first one, for messages): the managed toolchain gets the pinned torch installed
+    /// once, with a notice; another Python must have it already.
+    pub fn ensure_torch(&self, cargo: Cargo, model: &str) -> Result<()> {
+        let probe = Command::new(&self.python)
+            .args([
+                "-c",
+                "import importlib.util as u; print(u.find_spec('torch') is not None)",
+            ])
+            .output();
+        if probe.is_ok_and(|output| output.stdout.starts_with(b"True")) {
+            return Ok(());
+        }
+        let managed = managed_dir(cargo)?;
+        if !self.python.starts_with(&managed) {
+            return Err(Error::Toolchain {
+                message: format!(
+                    "model `{model}` is a PyTorch source, but the Python relax-build uses ({}, from {}) \
+                     has no torch.\nFix: `{} -m pip install torch=={TORCH_VERSION}`, or let relax-build \
+                     use its managed toolchain (unset RELAX_PYTHON / package.metadata.relax.python), \
+                     which installs torch itself.",
+                    self.python.display(),
+                    self.origin,
+                    self.python.display()
+                ),
+            });
+        }
+        let lock_path = managed.with_file_name(format!(
+            "{}.torch.lock",
+            managed.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        let _lock = LockFile::acquire(&lock_path, || {
+            cargo.warning(&format!(
+                "relax-build: another build is installing torch; waiting for {}",
+                lock_path.display()
+            ))
+        })?;
+        cargo.warning(&format!(
+            "relax-build: model `{model}` is a PyTorch source: installing torch=={TORCH_VERSION} into the \
+             managed toolchain (one time; about 6 GB with its CUDA libraries, a minute or two)"
+        ));
+        run(
+            Command::new(&self.python).args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--quiet",
+                &format!("torch=={TORCH_VERSION}"),
+            ]),
+            "pip install of torch",
+        )?;
+        cargo.warning("relax-build: torch is installed");
+        Ok(())
+    }
+}
 
 /// Creates (or completes) the managed toolchain unless it is complete; safe to run
 /// from several builds at once.

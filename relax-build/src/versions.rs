@@ -12,6 +12,10 @@ pub const ONNX_VERSION: &str = "1.23.2";
 /// The onnxslim version installed with it, for the ONNX preparation step.
 pub const ONNXSLIM_VERSION: &str = "0.1.98";
 
+/// The torch version the managed toolchain installs for PyTorch sources (only when a
+/// package declares one: with its CUDA libraries it is about 6 GB).
+pub const TORCH_VERSION: &str = "2.15.0";
+
 /// The version of the Rust <-> driver protocol; the driver refuses any other.
 pub const DRIVER_PROTOCOL: u32 = 1;
 

@@ -47,3 +47,34 @@ def safetensors_bytes(named_arrays):
 
 def write_safetensors(path, named_arrays):
     write_atomically(path, safetensors_bytes(named_arrays))
+
+
+def read_safetensors(path):
+    """A safetensors file's arrays by name (of the dtypes SAFETENSORS_DTYPES lists).
+
+    Raises ValueError for a file that is not one."""
+    import numpy as np
+
+    dtypes = {code: np.dtype(name).newbyteorder("<") for name, code in SAFETENSORS_DTYPES.items()}
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if len(data) < 8:
+        raise ValueError("the file is shorter than a safetensors header")
+    (length,) = struct.unpack("<Q", data[:8])
+    if 8 + length > len(data):
+        raise ValueError(f"the header claims {length} bytes, more than the file holds")
+    header = json.loads(data[8 : 8 + length])
+    body = data[8 + length :]
+    arrays = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if entry["dtype"] not in dtypes:
+            raise ValueError(f"tensor `{name}` has dtype {entry['dtype']}, which is not supported here")
+        start, end = entry["data_offsets"]
+        dtype = dtypes[entry["dtype"]]
+        count = int(np.prod(entry["shape"], dtype=np.int64))
+        if not 0 <= start <= end <= len(body) or end - start != count * dtype.itemsize:
+            raise ValueError(f"tensor `{name}` has data offsets {start}..{end} that do not fit its shape")
+        arrays[name] = np.frombuffer(body[start:end], dtype=dtype).reshape(entry["shape"]).astype(dtype.newbyteorder("="))
+    return arrays

@@ -17,6 +17,7 @@ impl Package {
             "models/digits.onnx",
             "models/linear.safetensors",
             "models/labels.txt",
+            "models/net.pt2",
         ] {
             std::fs::write(dir.path().join(file), b"x").unwrap();
         }
@@ -240,6 +241,45 @@ fn onnx_weights_take_embed_or_external() {
         &error.to_string(),
         "`model.safetensors`: for an ONNX model, weights is \"embed\"",
     );
+}
+
+#[test]
+fn a_torch_program_takes_no_entry_nor_inputs_and_needs_torch() {
+    let package = Package::new();
+    let pt2 = "[package.metadata.relax.models.net]\nsource = \"models/net.pt2\"\n";
+    let model = &package.parse(pt2).unwrap().models[0];
+    assert_eq!(
+        (model.kind, model.needs_torch),
+        (SourceKind::TorchProgram, true)
+    );
+    assert_contains(
+        &package.error(&format!("{pt2}entry = \"Net\"\n")),
+        "a .pt2 program has no entry to choose",
+    );
+    assert_contains(
+        &package.error(&format!("{pt2}inputs.forward = {{ x = \"float32[batch, 4]\" }}\n")),
+        "`package.metadata.relax.models.net.inputs`: a .pt2 program's inputs are the ones it was exported with",
+    );
+    assert_contains(
+        &package.error(&format!("{pt2}weights = \"models/linear.safetensors\"\n")),
+        "for a .pt2 program, weights is \"embed\"",
+    );
+}
+
+#[test]
+fn a_python_source_needs_torch_when_it_imports_torch() {
+    let package = Package::new();
+    let imports = |text: &str| {
+        std::fs::write(package.dir.path().join("models/linear.py"), text).unwrap();
+        package.parse(LINEAR).unwrap().models[0].needs_torch
+    };
+    assert!(imports("import torch\n"));
+    assert!(imports("from torch import nn\n"));
+    assert!(imports("import os\n    import torch.nn as nn\n"));
+    assert!(!imports("from tvm.relax.frontend import nn\n"));
+    assert!(!imports(
+        "import torchvision_like_name\n# import torch in a comment\n"
+    ));
 }
 
 #[test]

@@ -1,0 +1,113 @@
+//! PyTorch sources (a `.py` torch module with safetensors weights, one returned by a
+//! function, a `.pt2` program) built with real TVM and compared with eager PyTorch, run
+//! in the toolchain's Python; and their build errors.
+
+use relax_build::Config;
+use relax_cargo_tests::{assert_tensors_close, fixture, json_file, python, run_fixture, HOST};
+use serde_json::{json, Value};
+
+/// Deterministic values in [-1, 1).
+fn values(count: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_add(1);
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn tensor(shape: &[usize], seed: u64) -> Value {
+    json!({"shape": shape, "data": values(shape.iter().product(), seed)})
+}
+
+#[test]
+fn torch_modules_and_a_program_match_eager_pytorch_at_two_sizes() {
+    // (batch, sequence): symbolic dims of the cnn and encoder (batch) and the encoder
+    // (sequence), and the program's batch, each run at two sizes from one library.
+    for (batch, sequence) in [(1, 3), (4, 9)] {
+        let inputs = json!({
+            "image": tensor(&[batch, 1, 12, 12], 1),
+            "tokens": tensor(&[batch, sequence, 32], 2),
+            "features": tensor(&[batch + 2, 6], 3),
+        });
+        let inputs = json_file(&inputs);
+        let path = inputs.path().to_str().unwrap();
+        let ours: Value = serde_json::from_str(&run_fixture("torch-models", &[path])).unwrap();
+        let reference: Value = serde_json::from_str(&python(
+            &fixture("torch-models").join("reference.py"),
+            &[path],
+        ))
+        .unwrap();
+        for model in ["cnn", "encoder", "program"] {
+            assert_tensors_close(model, &ours[model], &reference[model], 1e-5);
+        }
+    }
+}
+
+/// Compiles an error fixture's models as its build script would, and returns the error.
+fn compile_error(case: &str) -> String {
+    let out = tempfile::tempdir().unwrap();
+    let result = Config::new()
+        .cargo_directives(false)
+        .manifest_dir(fixture("errors").join(case))
+        .out_dir(out.path())
+        .target(HOST)
+        .host(HOST)
+        .try_compile();
+    match result {
+        Ok(_) => panic!("the {case} fixture compiled, but it must fail"),
+        Err(error) => error.to_string(),
+    }
+}
+
+fn assert_contains(message: &str, expected: &[&str]) {
+    for part in expected {
+        assert!(
+            message.contains(part),
+            "expected {part:?} in the build error:\n{message}"
+        );
+    }
+}
+
+#[test]
+fn a_weights_file_that_does_not_match_the_state_dict_lists_the_keys() {
+    assert_contains(
+        &compile_error("torch-weights-keys"),
+        &[
+            "model `cnn` (`package.metadata.relax.models.cnn.weights`)",
+            "wrong_keys.safetensors does not match the module's state dict",
+            "missing key(s) fc.bias; unexpected key(s) fc.scale",
+            "save the module's state_dict() with safetensors",
+        ],
+    );
+}
+
+#[test]
+fn a_failed_export_names_the_inputs_key_and_what_torch_said() {
+    assert_contains(
+        &compile_error("torch-export-fails"),
+        &[
+            "model `branchy` (`package.metadata.relax.models.branchy.inputs`)",
+            "exporting `Branchy` with these inputs failed: torch.export failed:",
+            "data-dependent",
+            "Fix: where torch specialized a dim",
+            "batch are symbolic",
+        ],
+    );
+}
+
+#[test]
+fn every_unsupported_aten_operator_is_named_in_one_error() {
+    assert_contains(
+        &compile_error("torch-unsupported-ops"),
+        &[
+            "model `spectral`",
+            "PyTorch importer has no converter for 2 aten operator(s)",
+            "_fft_r2c.default (2x, in ",
+            "cummax.default (1x, in ",
+        ],
+    );
+}
