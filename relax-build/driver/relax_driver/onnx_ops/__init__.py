@@ -43,3 +43,8 @@ def registered():
         yield
     finally:
         onnx_frontend._get_convert_map = original
+
+
+from . import recurrent  # noqa: E402  (the modules below fill CONVERTERS)
+
+CONVERTERS.update(recurrent.CONVERTERS)
