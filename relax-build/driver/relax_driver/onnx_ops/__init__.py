@@ -45,6 +45,6 @@ def registered():
         onnx_frontend._get_convert_map = original
 
 
-from . import recurrent  # noqa: E402  (the modules below fill CONVERTERS)
+from . import recurrent, shape_values  # noqa: E402  (the modules below fill CONVERTERS)
 
-CONVERTERS.update(recurrent.CONVERTERS)
+CONVERTERS.update({**recurrent.CONVERTERS, **shape_values.CONVERTERS})
