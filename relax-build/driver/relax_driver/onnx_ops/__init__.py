@@ -45,6 +45,6 @@ def registered():
         onnx_frontend._get_convert_map = original
 
 
-from . import recurrent, shape_values  # noqa: E402  (the modules below fill CONVERTERS)
+from . import control_flow, recurrent, shape_values  # noqa: E402  (the modules below fill CONVERTERS)
 
-CONVERTERS.update({**recurrent.CONVERTERS, **shape_values.CONVERTERS})
+CONVERTERS.update({**control_flow.CONVERTERS, **recurrent.CONVERTERS, **shape_values.CONVERTERS})
