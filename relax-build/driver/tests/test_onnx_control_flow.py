@@ -99,5 +99,87 @@ class ShapeComparedWithTensor(unittest.TestCase):
         self.check(module, weights)
 
 
+def float_value(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def branch(name, op_type, output):
+    """A branch graph computing `op_type(x, x)` on the outer scope's x."""
+    return helper.make_graph([helper.make_node(op_type, ["x", "x"], [output])], name, [], [float_value(output, [2, 3])])
+
+
+def if_model(condition_node=None):
+    """y = x + x if cond else x * x; cond an input, or the output of `condition_node`."""
+    node = helper.make_node(
+        "If", ["cond"], ["y"], then_branch=branch("then", "Add", "sum"), else_branch=branch("else", "Mul", "product")
+    )
+    inputs = [float_value("x", [2, 3])]
+    if condition_node is None:
+        inputs.insert(0, helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    nodes = ([condition_node] if condition_node is not None else []) + [node]
+    return make_model(nodes, inputs, [float_value("y", [2, 3])])
+
+
+class ControlFlow(unittest.TestCase):
+    def test_an_if_on_an_input_scalar_takes_either_branch(self):
+        model = if_model()
+        module, weights, _ = load(model)
+        x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+        for cond in (True, False):
+            got = run(module, weights, np.array(cond), x)
+            np.testing.assert_allclose(got[0], reference(model, np.array(cond), x)[0])
+
+    def test_an_if_on_a_constant_is_folded_to_its_branch(self):
+        model = if_model(constant("cond", False, np.bool_))
+        module, weights, _ = load(model)
+        self.assertNotIn("if ", str(module["main"]))
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        np.testing.assert_allclose(run(module, weights, x)[0], x * x)
+
+    def test_a_scan_with_reversed_input_and_output_is_unrolled(self):
+        body = helper.make_graph(
+            [
+                helper.make_node("Add", ["sum_in", "next"], ["sum_out"]),
+                helper.make_node("Mul", ["sum_out", "next"], ["scan_out"]),
+            ],
+            "body",
+            [float_value("sum_in", [2]), float_value("next", [2])],
+            [float_value("sum_out", [2]), float_value("scan_out", [2])],
+        )
+        node = helper.make_node(
+            "Scan", ["initial", "x"], ["y", "z"], body=body, num_scan_inputs=1,
+            scan_input_axes=[1], scan_input_directions=[1], scan_output_directions=[1],
+        )
+        model = make_model([node], [float_value("initial", [2]), float_value("x", [2, 4])], [float_value("y", [2]), float_value("z", [4, 2])])
+        module, weights, _ = load(model)
+        initial = np.array([1, -1], np.float32)
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        for g, w in zip(run(module, weights, initial, x), reference(model, initial, x)):
+            np.testing.assert_allclose(g, w)
+
+    def test_a_loop_with_a_constant_trip_count_is_unrolled(self):
+        body = helper.make_graph(
+            [
+                helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                helper.make_node("Cast", ["i"], ["i_float"], to=TensorProto.FLOAT),
+                helper.make_node("Add", ["y_in", "i_float"], ["y_out"]),
+                helper.make_node("Identity", ["y_out"], ["scan_out"]),
+            ],
+            "body",
+            [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), float_value("y_in", [2])],
+            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), float_value("y_out", [2]), float_value("scan_out", [2])],
+        )
+        nodes = [
+            constant("trip_count", 4),
+            constant("cond", True, np.bool_),
+            helper.make_node("Loop", ["trip_count", "cond", "y"], ["y_final", "ys"], body=body),
+        ]
+        model = make_model(nodes, [float_value("y", [2])], [float_value("y_final", [2]), float_value("ys", [4, 2])])
+        module, weights, _ = load(model)
+        y = np.array([0.5, 1.5], np.float32)
+        for g, w in zip(run(module, weights, y), reference(model, y)):
+            np.testing.assert_allclose(g, w)
+
+
 if __name__ == "__main__":
     unittest.main()
