@@ -7,7 +7,8 @@
    so that shape subgraphs the pinned dims determine (`Shape -> Gather -> Concat ->
    Reshape`, as recent exporters write them) end as constant reshape targets, which TVM's
    importer needs. Dims left symbolic stay symbolic.
-3. Rewrites of operators TVM imports poorly: a `Sum` of tensors becomes a chain of
+3. An `If` whose condition is now a constant becomes the nodes of the branch it takes.
+4. Rewrites of operators TVM imports poorly: a `Sum` of tensors becomes a chain of
    `Add`s (TVM imports `Sum` as broadcast + stack + a reduction, which no elementwise
    operator after it can fuse with, and which costs ResNet-50 a tenth of its time).
 
@@ -173,11 +174,39 @@ def sums_to_adds(model):
     return rewritten
 
 
+def inline_constant_ifs(model):
+    """Replaces, in place, every `If` of the main graph whose condition is an initializer
+    by the nodes of the branch it takes (and Identity nodes from the branch's outputs to
+    the If's): one branch, no control flow left to import. Returns how many were inlined."""
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    known = {init.name: init for init in graph.initializer}
+    nodes, inlined = [], 0
+    for node in graph.node:
+        if node.op_type != "If" or node.domain not in ("", "ai.onnx") or node.input[0] not in known:
+            nodes.append(node)
+            continue
+        taken = "then_branch" if numpy_helper.to_array(known[node.input[0]]).all() else "else_branch"
+        branch = next(attribute.g for attribute in node.attribute if attribute.name == taken)
+        graph.initializer.extend(branch.initializer)
+        nodes.extend(branch.node)
+        for branch_output, output in zip(branch.output, node.output):
+            nodes.append(helper.make_node("Identity", [branch_output.name], [output], name=f"{node.name or output}/{taken}"))
+        inlined += 1
+    if inlined:
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return inlined
+
+
 def prepare(model):
-    """The three steps; returns the prepared model and warnings for the build's output."""
+    """The steps; returns the prepared model and warnings for the build's output."""
     warnings = []
     prepared = slim(model, warnings)
     fold_constants(prepared)
+    if inline_constant_ifs(prepared):
+        fold_constants(prepared)
     sums_to_adds(prepared)
     return prepared, warnings
 

@@ -1,6 +1,7 @@
 """ONNX sources: load, apply the manifest's input specs, import with TVM's importer."""
 
 import contextlib
+import copy
 import io
 import re
 import traceback
@@ -119,18 +120,40 @@ def load(request):
     Initializers are compiled in as constants when `weights` is "embed", or when they
     total at most ONNX_EMBED_LIMIT_BYTES and `weights` is not "external"; otherwise they
     become trailing parameters whose values are returned to be written as weights.
+
+    The preparation step must never lose a model: when the prepared graph does not
+    import but the graph as it was does, the latter is used, with a warning.
     """
+    source_path = request["source"]
+    model = read_model(source_path)
+    pin_inputs(model, request["inputs"], source_path)
+    if not request.get("onnx_prepare", True):
+        return (*imported(model, request), [])
+    prepared, warnings = onnx_prepare.prepare(copy.deepcopy(model))
+    try:
+        ir_module, weights = imported(prepared, request)
+    except DriverError as prepared_error:
+        try:
+            ir_module, weights = imported(model, request)
+        except DriverError:
+            raise prepared_error from None
+        first_line = prepared_error.message.splitlines()[0][:300]
+        warnings.append(
+            f"the ONNX preparation step was undone: the prepared graph did not import ({first_line}), "
+            "the graph as it was did"
+        )
+    return ir_module, weights, warnings
+
+
+def imported(model, request):
+    """The (IRModule, weights or None) of TVM's importer on `model`; a DriverError naming
+    the operators it has no converter for or failed on."""
     import onnx
     import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
     source_path = request["source"]
-    model = read_model(source_path)
-    pin_inputs(model, request["inputs"], source_path)
-    warnings = []
-    if request.get("onnx_prepare", True):
-        model, warnings = onnx_prepare.prepare(model)
     onnx_prepare.check_supported(model, source_path)
     initializer_bytes = sum(onnx.numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
     mode = request.get("weights_mode") or "auto"
@@ -172,7 +195,7 @@ def load(request):
     weights = None
     if external:
         ir_module, weights = scalars_bound(*relax.frontend.detach_params(ir_module))
-    return ir_module, weights, warnings
+    return ir_module, weights
 
 
 def scalars_bound(ir_module, params):

@@ -43,3 +43,8 @@ def registered():
         yield
     finally:
         onnx_frontend._get_convert_map = original
+
+
+from . import control_flow, recurrent, shape_values  # noqa: E402  (the modules below fill CONVERTERS)
+
+CONVERTERS.update({**control_flow.CONVERTERS, **recurrent.CONVERTERS, **shape_values.CONVERTERS})
