@@ -69,7 +69,11 @@ fn conformance_runner_keeps_the_pass_list_and_fails_only_where_tvm_does() {
     let data = onnx_test_data();
     let dirs = [data.join("pytorch-operator"), data.join("simple")];
     let expected = workspace_root().join("relax-conformance/expected-pass.txt");
-    let mut args = vec!["--expect", expected.to_str().unwrap()];
+    let mut args = vec![
+        "--compare-unprepared",
+        "--expect",
+        expected.to_str().unwrap(),
+    ];
     args.extend(dirs.iter().map(|dir| dir.to_str().unwrap()));
     let output = conformance(&args);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();

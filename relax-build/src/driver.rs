@@ -96,6 +96,18 @@ pub const SOURCES: &[(&str, &str)] = &[
         "relax_driver/tune.py",
         include_str!("../driver/relax_driver/tune.py"),
     ),
+    (
+        "relax_driver/onnx_ops/control_flow.py",
+        include_str!("../driver/relax_driver/onnx_ops/control_flow.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/recurrent.py",
+        include_str!("../driver/relax_driver/onnx_ops/recurrent.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/shape_values.py",
+        include_str!("../driver/relax_driver/onnx_ops/shape_values.py"),
+    ),
 ];
 
 /// The request file name in the work folder.

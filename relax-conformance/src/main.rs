@@ -2,22 +2,29 @@
 //! path and relax-runtime, and compares every output with the expected one.
 //!
 //! ```text
-//! relax-conformance [--expect FILE] [--write-expect FILE] DIR [DIR ...]
+//! relax-conformance [--jobs N] [--compare-unprepared] [--expect FILE] [--write-expect FILE] DIR [DIR ...]
 //! ```
 //!
 //! Each `DIR/<case>/` holds `model.onnx` and `test_data_set_*/{input,output}_<i>.pb`
-//! (the layout of `onnx/backend/test/data/`). One line per case: `PASS <case>`,
-//! `FAIL <case>: <reason>` or `UNSUPPORTED <case>: <operator>` (TVM's importer rejects
-//! it; counted as failed), then a summary of the unsupported cases, the passing cases
-//! that pass only thanks to the ONNX preparation step (each passing case is compiled
-//! again with `onnx_prepare = false`), and, last, `N passed, M failed`. Outputs match when |actual - expected| <= 1e-5 + 1e-3 * |expected|
-//! (integers and booleans exactly). With `--expect FILE` (one passing case name per line),
-//! the exit status is 1 only when a listed case does not pass; without it, when any case fails.
+//! (the layout of `onnx/backend/test/data/`; `node_suite.py` writes ONNX's generated node
+//! tests in it). One line per case: `PASS <case>`, `FAIL <case>: <reason>` or
+//! `UNSUPPORTED <case>: <operator>` (no converter; counted as failed), then a summary of
+//! the unsupported cases, the failing cases that pass with `onnx_prepare = false` (each
+//! failing case is compiled again without the preparation step: the step must never lose
+//! a model, so this list must be empty), with `--compare-unprepared` the passing cases
+//! that pass only thanks to the step, and, last, `N passed, M failed`. Outputs match when
+//! |actual - expected| <= 1e-5 + 1e-3 * |expected| (integers and booleans exactly).
+//! `--jobs N` runs N cases at a time (default 1).
+//! With `--expect FILE` (one passing case name per line), the exit status is 1 only when
+//! a listed case that was run does not pass, or when a case fails only with the
+//! preparation step; without it, when any case fails.
 
 mod onnx_tensor;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use relax_build::tooling::{self, Model, StandaloneModel};
 use relax_build::{Config, Error as BuildError};
@@ -36,6 +43,21 @@ struct Options {
     dirs: Vec<PathBuf>,
     expect: Option<PathBuf>,
     write_expect: Option<PathBuf>,
+    jobs: usize,
+    compare_unprepared: bool,
+}
+
+const USAGE: &str = "usage: relax-conformance [--jobs N] [--compare-unprepared] [--expect FILE] \
+                     [--write-expect FILE] DIR [DIR ...]";
+
+/// What running one case found.
+struct Report {
+    name: String,
+    outcome: Outcome,
+    /// Whether the case's outcome differs without the preparation step (a failing case
+    /// that passes without it; with `--compare-unprepared`, a passing case that fails
+    /// without it).
+    differs_unprepared: bool,
 }
 
 fn parse_arguments() -> Result<Options, String> {
@@ -43,6 +65,8 @@ fn parse_arguments() -> Result<Options, String> {
         dirs: Vec::new(),
         expect: None,
         write_expect: None,
+        jobs: 1,
+        compare_unprepared: false,
     };
     let mut arguments = std::env::args().skip(1);
     while let Some(argument) = arguments.next() {
@@ -58,20 +82,20 @@ fn parse_arguments() -> Result<Options, String> {
                         .into(),
                 )
             }
-            "-h" | "--help" => {
-                return Err(
-                    "usage: relax-conformance [--expect FILE] [--write-expect FILE] DIR [DIR ...]"
-                        .to_string(),
-                )
+            "--jobs" => {
+                options.jobs = arguments
+                    .next()
+                    .and_then(|jobs| jobs.parse().ok())
+                    .filter(|&jobs| jobs > 0)
+                    .ok_or("--jobs needs a number of cases to run at a time (1 or more)")?
             }
+            "--compare-unprepared" => options.compare_unprepared = true,
+            "-h" | "--help" => return Err(USAGE.to_string()),
             _ => options.dirs.push(argument.into()),
         }
     }
     if options.dirs.is_empty() {
-        return Err(
-            "usage: relax-conformance [--expect FILE] [--write-expect FILE] DIR [DIR ...]"
-                .to_string(),
-        );
+        return Err(USAGE.to_string());
     }
     Ok(options)
 }
@@ -107,29 +131,26 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
 
+    let reports = run_cases(&config, out_root.path(), &cases, &options);
     let (mut passed, mut failed, mut unsupported) = (Vec::new(), Vec::new(), Vec::new());
-    let mut prepared_only = Vec::new();
-    for case in &cases {
-        let name = case.file_name().unwrap().to_string_lossy().into_owned();
-        let out_dir = out_root.path().join(&name);
-        match run_case(&config.clone().out_dir(&out_dir), case, true) {
+    let (mut prepared_only, mut failing_prepared_only) = (Vec::new(), Vec::new());
+    for report in reports {
+        match report.outcome {
             Outcome::Pass => {
-                println!("PASS {name}");
-                let unprepared = config
-                    .clone()
-                    .out_dir(out_root.path().join(format!("{name}-unprepared")));
-                if !matches!(run_case(&unprepared, case, false), Outcome::Pass) {
-                    prepared_only.push(name.clone());
+                if report.differs_unprepared {
+                    prepared_only.push(report.name.clone());
                 }
-                passed.push(name);
+                passed.push(report.name);
             }
-            Outcome::Fail(reason) => {
-                println!("FAIL {name}: {reason}");
-                failed.push((name, reason));
-            }
-            Outcome::Unsupported(operator) => {
-                println!("UNSUPPORTED {name}: {operator}");
-                unsupported.push((name, operator));
+            outcome => {
+                if report.differs_unprepared {
+                    failing_prepared_only.push(report.name.clone());
+                }
+                match outcome {
+                    Outcome::Unsupported(operator) => unsupported.push((report.name, operator)),
+                    Outcome::Fail(reason) => failed.push((report.name, reason)),
+                    Outcome::Pass => unreachable!("matched above"),
+                }
             }
         }
     }
@@ -140,15 +161,22 @@ fn main() -> ExitCode {
             .collect();
         println!("unsupported by TVM's ONNX importer: {}", list.join(", "));
     }
+    let listed = |names: &[String]| match names {
+        [] => "none".to_string(),
+        names => names.join(", "),
+    };
     println!(
-        "passing only with the ONNX preparation step ({}): {}",
-        prepared_only.len(),
-        if prepared_only.is_empty() {
-            "none".to_string()
-        } else {
-            prepared_only.join(", ")
-        }
+        "failing only with the ONNX preparation step ({}): {}",
+        failing_prepared_only.len(),
+        listed(&failing_prepared_only)
     );
+    if options.compare_unprepared {
+        println!(
+            "passing only with the ONNX preparation step ({}): {}",
+            prepared_only.len(),
+            listed(&prepared_only)
+        );
+    }
     println!(
         "{} passed, {} failed",
         passed.len(),
@@ -162,15 +190,80 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    let run: Vec<String> = cases
+        .iter()
+        .map(|case| case.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
     match &options.expect {
-        Some(path) => check_expected(path, &passed),
+        Some(_) if !failing_prepared_only.is_empty() => ExitCode::FAILURE,
+        Some(path) => check_expected(path, &run, &passed),
         None if failed.is_empty() && unsupported.is_empty() => ExitCode::SUCCESS,
         None => ExitCode::FAILURE,
     }
 }
 
-/// Exit status 1 when a case listed in `path` did not pass.
-fn check_expected(path: &Path, passed: &[String]) -> ExitCode {
+/// Runs every case, `options.jobs` at a time, printing each result as it comes; the
+/// reports in the cases' order.
+fn run_cases(
+    config: &Config,
+    out_root: &Path,
+    cases: &[PathBuf],
+    options: &Options,
+) -> Vec<Report> {
+    let next = AtomicUsize::new(0);
+    let reports: Vec<Mutex<Option<Report>>> = cases.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..options.jobs.min(cases.len()) {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(case) = cases.get(index) else { break };
+                let report = run_reported(config, out_root, case, options.compare_unprepared);
+                *reports[index].lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
+            });
+        }
+    });
+    reports
+        .into_iter()
+        .map(|report| {
+            report
+                .into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .expect("every case ran")
+        })
+        .collect()
+}
+
+/// Runs one case (and, where its outcome is to be compared, again without the
+/// preparation step), prints its line, and returns its report.
+fn run_reported(config: &Config, out_root: &Path, case: &Path, compare_unprepared: bool) -> Report {
+    let name = case.file_name().unwrap().to_string_lossy().into_owned();
+    let prepared = config.clone().out_dir(out_root.join(&name));
+    let outcome = run_case(&prepared, case, true);
+    let passes = matches!(outcome, Outcome::Pass);
+    let differs_unprepared = if passes && !compare_unprepared {
+        false
+    } else {
+        let unprepared = config
+            .clone()
+            .out_dir(out_root.join(format!("{name}-unprepared")));
+        matches!(run_case(&unprepared, case, false), Outcome::Pass) != passes
+    };
+    let line = match &outcome {
+        Outcome::Pass => format!("PASS {name}"),
+        Outcome::Fail(reason) => format!("FAIL {name}: {reason}"),
+        Outcome::Unsupported(operator) => format!("UNSUPPORTED {name}: {operator}"),
+    };
+    println!("{line}");
+    Report {
+        name,
+        outcome,
+        differs_unprepared,
+    }
+}
+
+/// Exit status 1 when a case listed in `path` that was run (`run`) did not pass. Listed
+/// cases not run (a run over some families of a suite) are counted, not checked.
+fn check_expected(path: &Path, run: &[String], passed: &[String]) -> ExitCode {
     let Ok(text) = std::fs::read_to_string(path) else {
         eprintln!(
             "error: cannot read the expected pass list {}",
@@ -178,16 +271,23 @@ fn check_expected(path: &Path, passed: &[String]) -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let regressions: Vec<&str> = text
+    let listed: Vec<&str> = text
         .lines()
         .map(str::trim)
         .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect();
+    let (listed_run, not_run): (Vec<&str>, Vec<&str>) = listed
+        .iter()
+        .partition(|name| run.iter().any(|run| run == *name));
+    if !not_run.is_empty() {
+        println!("{} listed cases were not in this run", not_run.len());
+    }
+    let regressions: Vec<&str> = listed_run
+        .iter()
+        .copied()
         .filter(|name| !passed.iter().any(|passed| passed == name))
         .collect();
-    let expected_count = text
-        .lines()
-        .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
-        .count();
+    let expected_count = listed_run.len();
     let new: Vec<&String> = passed
         .iter()
         .filter(|name| !text.lines().any(|line| line.trim() == name.as_str()))

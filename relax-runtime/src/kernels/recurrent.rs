@@ -3,11 +3,12 @@
 //! matrix multiplication (`xw`, the `W` bias included), and this kernel runs the steps,
 //! each a product of the hidden state with the recurrence weights, then the gates.
 //!
-//! `relax_runtime.recurrent(xw[D, T, B, G*H], r[D, G*H, H], rb[D, G*H], p[D, 3H or 0],
+//! `relax_runtime.recurrent(xw[D, T, B, G*H], r[D, G*H, H], rb[D, G*H], p[D, 3H],
 //! lengths[B or 0], h0[D, B, H], c0[D, B, H], kind, direction, linear_before_reset,
 //! input_forget, clip, (code, alpha, beta) per activation, y[T, D, B, H], y_h[D, B, H],
 //! y_c[D, B, H])`: `G` is 1 (RNN), 3 (GRU: z, r, h) or 4 (LSTM: i, o, f, c), in ONNX's
-//! gate order; `D` is 2 for a bidirectional layer; `lengths` (float32, whole numbers)
+//! gate order; `D` is 2 for a bidirectional layer; `p` holds an LSTM's peepholes (i, o,
+//! f; zeros, unread, for the other kinds); `lengths` (float32, whole numbers)
 //! gives each batch row's steps, every row running all `T` when it is empty; the
 //! activations are ONNX's per direction, in its order (LSTM f, g, h; GRU f, g; RNN f).
 //! Steps past a row's length leave zeros in `y`; `y_h` and `y_c` hold the state after
@@ -193,7 +194,7 @@ pub(crate) struct Inputs<'a> {
     pub(crate) xw: &'a [f32],
     pub(crate) r: &'a [f32],
     pub(crate) rb: &'a [f32],
-    /// Empty unless the layer is an LSTM.
+    /// An LSTM's peepholes (read by no other kind).
     pub(crate) peepholes: &'a [f32],
     /// One length per batch row.
     pub(crate) lengths: &'a [usize],
@@ -504,11 +505,7 @@ fn check_shapes(
     } = sizes;
     let directions = layer.direction.count();
     let width = layer.kind.gates() * hidden;
-    let peepholes = if layer.kind == Kind::Lstm {
-        3 * hidden
-    } else {
-        0
-    };
+    let peepholes = 3 * hidden;
     let expected: [&[usize]; 10] = [
         &[directions, steps, batch, width],
         &[directions, width, hidden],

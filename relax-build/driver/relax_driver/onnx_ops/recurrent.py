@@ -7,7 +7,7 @@ to the runtime's kernel `relax_runtime.recurrent` through `R.call_dps_packed`:
     args: 0 xw [D, T, B, G*H]   (X @ W[d]^T + Wb[d], gates in ONNX order)
           1 r [D, G*H, H]       (ONNX R as is)
           2 rb [D, G*H]         (the recurrence bias; zeros when the model has no B)
-          3 p [D, 3*H]          (LSTM peepholes i, o, f; zeros if absent; [D, 0] otherwise)
+          3 p [D, 3*H]          (LSTM peepholes i, o, f; zeros if absent or not an LSTM)
           4 seq_lens float32 [B], or float32 [0] when every sequence has T steps
           5 h0 [D, B, H], 6 c0 [D, B, H] (zeros when absent, or not an LSTM)
           prim values: 7 kind (0 RNN, 1 GRU, 2 LSTM), 8 direction (0 forward,
@@ -146,10 +146,8 @@ class Recurrent(OnnxOpConverter):
         xw = bb.emit(xw)
 
         state_shape = [num_directions, batch, hidden]
-        if cls.kind == KIND_LSTM:
-            peepholes = zeros([num_directions, 3 * hidden]) if peepholes is None else float32(bb, peepholes)
-        else:
-            peepholes = zeros([num_directions, 0])
+        # (Zeros for RNN and GRU too: a library cannot hold a tensor of no elements.)
+        peepholes = zeros([num_directions, 3 * hidden]) if peepholes is None else float32(bb, peepholes)
         if seq_lens is None:
             seq_lens = relax.const(np.zeros(0, np.float32))
         else:

@@ -142,11 +142,7 @@ fn check(layer: Layer, sizes: Sizes, lengths: Vec<usize>) {
     let directions = layer.direction.count();
     let width = layer.kind.gates() * hidden;
     let states = directions * batch * hidden;
-    let peephole_count = if layer.kind == Kind::Lstm {
-        directions * 3 * hidden
-    } else {
-        0
-    };
+    let peephole_count = directions * 3 * hidden;
     let xw = test_values(directions * steps * batch * width, 1, 1.5);
     let r = test_values(directions * width * hidden, 2, 0.4);
     let rb = test_values(directions * width, 3, 0.5);
