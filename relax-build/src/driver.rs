@@ -108,6 +108,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         "relax_driver/onnx_ops/shape_values.py",
         include_str!("../driver/relax_driver/onnx_ops/shape_values.py"),
     ),
+    (
+        "relax_driver/onnx_ops/broadcast.py",
+        include_str!("../driver/relax_driver/onnx_ops/broadcast.py"),
+    ),
 ];
 
 /// The request file name in the work folder.

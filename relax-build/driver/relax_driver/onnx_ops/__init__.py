@@ -12,9 +12,13 @@ import contextlib
 CONVERTERS = {}
 
 
-def converters():
-    """Every converter of this package, by operator name."""
-    return dict(CONVERTERS)
+def converters(tvm_map):
+    """Every converter of this package, by operator name, and the elementwise ones and
+    `Concat` (this package's, else those of `tvm_map`, TVM's) aligning their operands'
+    symbolic dims (see `broadcast`)."""
+    from . import broadcast
+
+    return broadcast.with_aligned_operands(CONVERTERS, tvm_map)
 
 
 def convert_map():
@@ -22,7 +26,7 @@ def convert_map():
     from tvm.relax.frontend.onnx import onnx_frontend
 
     table = dict(onnx_frontend._get_convert_map())
-    table.update(converters())
+    table.update(converters(table))
     return table
 
 
@@ -35,7 +39,7 @@ def registered():
 
     def extended():
         table = original()
-        table.update(converters())
+        table.update(converters(table))
         return table
 
     onnx_frontend._get_convert_map = extended

@@ -1,5 +1,14 @@
-"""Comparisons of a shape value with a tensor, which TVM's `Equal` converter passes to
-`relax.op.equal` as they are (and Relax refuses a shape there).
+"""Operators on shape values (the `Shape` of a tensor with symbolic dims) that TVM's
+converters mishandle, so that a graph computing a reshape target from `Shape` keeps its
+dims symbolic:
+
+- `Equal` of a shape with a tensor, which TVM's converter passes to `relax.op.equal` as
+  they are (and Relax refuses a shape there);
+- `Reshape` to a target computed at run time (TVM's converter takes only shapes and
+  constants);
+- `Slice` of a shape, which TVM's converter refuses ("requires a statically known input
+  rank") before it reaches its own code for shapes: a shape of known dims is sliced as a
+  shape, one known only at run time as an int64 tensor.
 
 A shape (`Shape` of a tensor with symbolic dims) meets a tensor that is no constant when
 the preparation step has made a `Constant` node an initializer and the weights are
@@ -7,7 +16,7 @@ external (the initializer is then a parameter): exporters compare a `Shape` with
 this way before an `Expand`. The shape becomes an int64 tensor (`shape_to_tensor`).
 """
 
-from tvm import relax
+from tvm import relax, tirx
 from tvm.ir import GenericConst
 from tvm.relax.frontend.onnx import onnx_frontend
 
@@ -34,4 +43,82 @@ class Equal(onnx_frontend.Equal):
         return super()._impl_v13(bb, inputs, attr, params)
 
 
-CONVERTERS = {"Equal": Equal}
+def constant_ints(expr):
+    """The values of a 1-element-per-entry int constant (a list), or None."""
+    if isinstance(expr, GenericConst):
+        return [int(value) for value in expr.value.numpy().reshape(-1)]
+    return None
+
+
+def shape_literal(expr):
+    """A shape value as a ShapeExpr of its dims (a literal, or a variable whose type
+    knows them), or None for any other expression."""
+    if isinstance(expr, relax.ShapeExpr):
+        return expr
+    values = getattr(expr.ty, "values", None) if is_shape(expr) else None
+    return relax.ShapeExpr(list(values)) if values is not None else None
+
+
+class Slice(onnx_frontend.Slice):
+    """TVM's `Slice`, with the slice of a literal shape along its one axis taken here: a
+    shape of constant starts, ends and steps stays a shape (its dims symbolic)."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        data = shape_literal(inputs[0])
+        if data is not None:
+            starts, ends = constant_ints(inputs[1]), constant_ints(inputs[2])
+            axes = constant_ints(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else [0]
+            steps = constant_ints(inputs[4]) if len(inputs) > 4 and inputs[4] is not None else [1]
+            known = all(values is not None and len(values) == 1 for values in (starts, ends, axes, steps))
+            if known and axes[0] in (0, -1):
+                values = list(data.values)[slice(starts[0], ends[0], steps[0])]
+                if all(isinstance(value, tirx.IntImm) for value in values):
+                    return relax.const([int(value) for value in values], "int64")
+                return relax.ShapeExpr(values)
+        if is_shape(inputs[0]):
+            # A shape known only at run time: sliced as an int64 tensor (TVM's converter
+            # reads the optional axes and steps by position).
+            inputs = [bb.emit(as_tensor(inputs[0])), *inputs[1:]] + [None] * (5 - len(inputs))
+        return super()._impl_v13(bb, inputs, attr, params)
+
+
+def int64(value):
+    return relax.const(value, "int64")
+
+
+class Reshape(onnx_frontend.Reshape):
+    """TVM's `Reshape`, with a target computed at run time (an int64 tensor, e.g. a
+    `Shape` sliced and concatenated with constants) resolved at run time as ONNX says:
+    a 0 copies the input's dim (unless `allowzero`), a -1 takes what is left."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        data, target = inputs[0], inputs[1]
+        computed = (
+            not isinstance(target, (GenericConst, relax.ShapeExpr))
+            and isinstance(target.ty, relax.TensorType)
+            and target.ty.ndim == 1
+            and isinstance(data.ty, relax.TensorType)
+            and data.ty.ndim >= 0
+        )
+        length = onnx_frontend._get_known_tensor_length(target) if computed else None
+        if length is None:
+            return super()._impl_v13(bb, inputs, attr, params)
+        target = bb.emit(relax.op.astype(target, "int64"))
+        data_dims = bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(data))))
+        if not attr.get("allowzero", 0) and data.ty.ndim > 0:
+            # The input's dims where the target has a 0 (positions past its rank keep 1s).
+            copied = relax.op.strided_slice(data_dims, axes=[0], begin=[0], end=[min(length, data.ty.ndim)])
+            if length > data.ty.ndim:
+                copied = relax.op.concat([copied, relax.op.ones([length - data.ty.ndim], "int64")])
+            target = bb.emit(relax.op.where(relax.op.equal(target, int64(0)), copied, target))
+        unknown = relax.op.equal(target, int64(-1))
+        known = relax.op.prod(relax.op.where(unknown, int64(1), target))
+        left = relax.op.floor_divide(relax.op.prod(data_dims), known)
+        target = bb.emit(relax.op.where(unknown, left, target))
+        shape = onnx_frontend._tensor_to_shape_expr(bb, target, length, "reshape_dim")
+        return relax.op.reshape(data, shape)
+
+
+CONVERTERS = {"Equal": Equal, "Reshape": Reshape, "Slice": Slice}
