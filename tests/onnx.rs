@@ -1,11 +1,12 @@
-//! ONNX sources: per-model options and pinned dims, and the conformance runner over
-//! ONNX's own backend-test cases against the committed pass list and TVM's own path.
+//! ONNX sources: per-model options and pinned dims, the conformance runner over ONNX's
+//! own backend-test cases against the committed pass lists and TVM's own path, and
+//! models shaped like real exports against onnxruntime.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use relax_cargo_tests::{
-    assert_success, cargo, python, run_fixture, toolchain_python, workspace_root,
+    assert_success, cargo, python, run_fixture, test_python, toolchain_python, workspace_root,
 };
 
 #[test]
@@ -184,5 +185,101 @@ fn every_pytorch_converted_conv2d_and_pool2d_case_passes() {
         cases(&stdout, &["PASS"]).len(),
         linked.len(),
         "every case passes: {stdout}"
+    );
+}
+
+/// Runs a script of relax-conformance's with the tests' Python (onnx, onnxruntime) to
+/// write cases into a fresh `target/<folder>`, which it returns.
+fn written_cases(script: &str, folder: &str, args: &[&str]) -> PathBuf {
+    let dir = workspace_root().join("target").join(folder);
+    let _ = std::fs::remove_dir_all(&dir);
+    let output = std::process::Command::new(test_python())
+        .arg(workspace_root().join("relax-conformance").join(script))
+        .arg(&dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert_success(&output, script);
+    dir
+}
+
+/// relax-conformance/real_models.py: a CRNN (conv stack, two bidirectional LSTMs,
+/// linear) and a GRU with `sequence_lens`, their time dims symbolic; an `If` on an input
+/// scalar; a BERT-style attention whose mask is expanded through `Shape` and `Equal`; a
+/// MobileNetV3-style detector head (Resize, ConvTranspose, a reshape target from `Shape`)
+/// with every dim symbolic. Each is compiled once and run at two or three sizes, within
+/// 1e-4 of onnxruntime, and none needs the preparation step turned off.
+#[test]
+fn models_shaped_like_real_exports_match_onnxruntime_at_several_sizes() {
+    let dir = written_cases("real_models.py", "real-models", &[]);
+    let output = conformance(&["--jobs", "2", "--tolerance", "1e-4", dir.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_success(&output, "relax-conformance on real_models.py's models");
+    for model in [
+        "bert_mask",
+        "crnn",
+        "detector_head",
+        "gru_speech",
+        "if_scalar",
+    ] {
+        assert!(stdout.contains(&format!("PASS {model}\n")), "{stdout}");
+    }
+    assert!(
+        stdout.contains("failing only with the ONNX preparation step (0): none"),
+        "{stdout}"
+    );
+}
+
+/// The families of ONNX's generated node tests that need the driver's own converters
+/// (recurrent layers, control flow, quantized operators, attention, normalizations,
+/// Resize), written by relax-conformance/node_suite.py; the whole suite is
+/// `node_suite.py DIR` then `relax-conformance --expect relax-conformance/node-expected-pass.txt DIR`.
+const NODE_FAMILIES: &[&str] = &[
+    "test_lstm_",
+    "test_gru_",
+    "test_rnn_",
+    "test_simple_rnn_",
+    "test_if",
+    "test_scan",
+    "test_loop11",
+    "test_convinteger_",
+    "test_matmulinteger",
+    "test_qlinearconv",
+    "test_qlinearmatmul_",
+    "test_resize_",
+    "test_attention_",
+    "test_rms_normalization_",
+    "test_rotary_embedding",
+    "test_layer_normalization_",
+];
+
+#[test]
+fn the_node_suites_converter_families_keep_their_pass_list() {
+    let dir = written_cases("node_suite.py", "node-suite-families", NODE_FAMILIES);
+    let expected = workspace_root().join("relax-conformance/node-expected-pass.txt");
+    let output = conformance(&[
+        "--jobs",
+        "2",
+        "--expect",
+        expected.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_success(
+        &output,
+        "relax-conformance --expect over the node suite's families",
+    );
+    let passed = cases(&stdout, &["PASS"]);
+    let listed: BTreeSet<String> = std::fs::read_to_string(&expected)
+        .unwrap()
+        .lines()
+        .filter(|name| NODE_FAMILIES.iter().any(|family| name.starts_with(family)))
+        .map(str::to_string)
+        .collect();
+    assert!(!listed.is_empty(), "the pass list has these families");
+    assert!(passed.is_superset(&listed), "{stdout}");
+    assert!(
+        stdout.contains("failing only with the ONNX preparation step (0): none"),
+        "{stdout}"
     );
 }

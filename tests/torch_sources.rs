@@ -1,9 +1,15 @@
 //! PyTorch sources (a `.py` torch module with safetensors weights, one returned by a
 //! function, a `.pt2` program) built with real TVM and compared with eager PyTorch, run
-//! in the toolchain's Python; and their build errors.
+//! in the toolchain's Python; their build errors; and the torch-digits example, native
+//! and for aarch64 under qemu.
+
+use std::path::PathBuf;
 
 use relax_build::Config;
-use relax_cargo_tests::{assert_tensors_close, fixture, json_file, python, run_fixture, HOST};
+use relax_cargo_tests::{
+    assert_success, assert_tensors_close, cargo, cargo_relax, fixture, json_file, python,
+    run_fixture, run_under_qemu, stdout, workspace_root, CROSS_TARGET, HOST,
+};
 use serde_json::{json, Value};
 
 /// Deterministic values in [-1, 1).
@@ -110,4 +116,67 @@ fn every_unsupported_aten_operator_is_named_in_one_error() {
             "cummax.default (1x, in ",
         ],
     );
+}
+
+fn example() -> PathBuf {
+    workspace_root().join("examples").join("torch-digits")
+}
+
+/// `cargo run --release` of the torch-digits example with `args`; its stdout.
+fn run_example(args: &[&str]) -> String {
+    let mut all = vec!["run", "--quiet", "--release", "--"];
+    all.extend_from_slice(args);
+    let output = cargo(&example(), &all, &[]);
+    assert_success(&output, "cargo run of the torch-digits example");
+    stdout(&output)
+}
+
+#[test]
+fn the_torch_example_matches_eager_pytorch_and_prints_its_accuracy() {
+    let ours: Value = serde_json::from_str(&run_example(&["--json", "48"])).unwrap();
+    let reference: Value =
+        serde_json::from_str(&python(&example().join("reference.py"), &["48"])).unwrap();
+    assert_tensors_close("probabilities", &ours, &reference, 1e-5);
+    let printed = run_example(&[]);
+    assert!(
+        printed.contains("digit 0: label 6, predicted 6")
+            && printed.ends_with("accuracy: 0.9944 (358/360 held-out digits)\n"),
+        "{printed}"
+    );
+}
+
+#[test]
+fn the_torch_example_for_aarch64_prints_the_native_probabilities() {
+    let manifest = example().join("Cargo.toml");
+    let manifest = manifest.to_str().unwrap();
+    let build = cargo(
+        &example(),
+        &["build", "--quiet", "--release", "--target", CROSS_TARGET],
+        &[],
+    );
+    assert_success(&build, "cross build of the torch-digits example");
+    let out = tempfile::tempdir().unwrap();
+    let bundled = cargo_relax(
+        &[
+            "bundle",
+            "--release",
+            "--target",
+            CROSS_TARGET,
+            "--manifest-path",
+            manifest,
+            "--out",
+            out.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_success(&bundled, "cargo relax bundle of the torch-digits example");
+    let executable = out
+        .path()
+        .join(format!("torch-digits-{CROSS_TARGET}"))
+        .join("torch-digits");
+    let emulated = run_under_qemu(&executable, &["--json", "48"], out.path());
+    assert_success(&emulated, "the aarch64 torch-digits example under qemu");
+    let emulated: Value = serde_json::from_str(&stdout(&emulated)).unwrap();
+    let native: Value = serde_json::from_str(&run_example(&["--json", "48"])).unwrap();
+    assert_tensors_close("probabilities", &emulated, &native, 1e-5);
 }

@@ -2,7 +2,7 @@
 //! path and relax-runtime, and compares every output with the expected one.
 //!
 //! ```text
-//! relax-conformance [--jobs N] [--compare-unprepared] [--expect FILE] [--write-expect FILE] DIR [DIR ...]
+//! relax-conformance [--jobs N] [--tolerance T] [--compare-unprepared] [--expect FILE] [--write-expect FILE] DIR [DIR ...]
 //! ```
 //!
 //! Each `DIR/<case>/` holds `model.onnx` and `test_data_set_*/{input,output}_<i>.pb`
@@ -13,7 +13,8 @@
 //! failing case is compiled again without the preparation step: the step must never lose
 //! a model, so this list must be empty), with `--compare-unprepared` the passing cases
 //! that pass only thanks to the step, and, last, `N passed, M failed`. Outputs match when
-//! |actual - expected| <= 1e-5 + 1e-3 * |expected| (integers and booleans exactly).
+//! |actual - expected| <= 1e-5 + 1e-3 * |expected| (integers and booleans exactly), or,
+//! with `--tolerance T`, <= T * (1 + |expected|).
 //! `--jobs N` runs N cases at a time (default 1).
 //! With `--expect FILE` (one passing case name per line), the exit status is 1 only when
 //! a listed case that was run does not pass, or when a case fails only with the
@@ -30,8 +31,18 @@ use relax_build::tooling::{self, Model, StandaloneModel};
 use relax_build::{Config, Error as BuildError};
 use relax_runtime::{DType, Device, Output, Session, Tensor};
 
-const RELATIVE_TOLERANCE: f64 = 1e-3;
-const ABSOLUTE_TOLERANCE: f64 = 1e-5;
+/// How far a float output may be from the expected one: `absolute + relative * |expected|`.
+#[derive(Clone, Copy)]
+struct Tolerance {
+    absolute: f64,
+    relative: f64,
+}
+
+/// The backend tests' own tolerance.
+const DEFAULT_TOLERANCE: Tolerance = Tolerance {
+    absolute: 1e-5,
+    relative: 1e-3,
+};
 
 enum Outcome {
     Pass,
@@ -44,10 +55,12 @@ struct Options {
     expect: Option<PathBuf>,
     write_expect: Option<PathBuf>,
     jobs: usize,
+    tolerance: Tolerance,
     compare_unprepared: bool,
 }
 
-const USAGE: &str = "usage: relax-conformance [--jobs N] [--compare-unprepared] [--expect FILE] \
+const USAGE: &str =
+    "usage: relax-conformance [--jobs N] [--tolerance T] [--compare-unprepared] [--expect FILE] \
                      [--write-expect FILE] DIR [DIR ...]";
 
 /// What running one case found.
@@ -66,6 +79,7 @@ fn parse_arguments() -> Result<Options, String> {
         expect: None,
         write_expect: None,
         jobs: 1,
+        tolerance: DEFAULT_TOLERANCE,
         compare_unprepared: false,
     };
     let mut arguments = std::env::args().skip(1);
@@ -88,6 +102,17 @@ fn parse_arguments() -> Result<Options, String> {
                     .and_then(|jobs| jobs.parse().ok())
                     .filter(|&jobs| jobs > 0)
                     .ok_or("--jobs needs a number of cases to run at a time (1 or more)")?
+            }
+            "--tolerance" => {
+                let tolerance = arguments
+                    .next()
+                    .and_then(|tolerance| tolerance.parse::<f64>().ok())
+                    .filter(|tolerance| *tolerance >= 0.0)
+                    .ok_or("--tolerance needs a number (e.g. 1e-4)")?;
+                options.tolerance = Tolerance {
+                    absolute: tolerance,
+                    relative: tolerance,
+                };
             }
             "--compare-unprepared" => options.compare_unprepared = true,
             "-h" | "--help" => return Err(USAGE.to_string()),
@@ -217,7 +242,7 @@ fn run_cases(
             scope.spawn(|| loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 let Some(case) = cases.get(index) else { break };
-                let report = run_reported(config, out_root, case, options.compare_unprepared);
+                let report = run_reported(config, out_root, case, options);
                 *reports[index].lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
             });
         }
@@ -235,18 +260,21 @@ fn run_cases(
 
 /// Runs one case (and, where its outcome is to be compared, again without the
 /// preparation step), prints its line, and returns its report.
-fn run_reported(config: &Config, out_root: &Path, case: &Path, compare_unprepared: bool) -> Report {
+fn run_reported(config: &Config, out_root: &Path, case: &Path, options: &Options) -> Report {
     let name = case.file_name().unwrap().to_string_lossy().into_owned();
     let prepared = config.clone().out_dir(out_root.join(&name));
-    let outcome = run_case(&prepared, case, true);
+    let outcome = run_case(&prepared, case, true, options.tolerance);
     let passes = matches!(outcome, Outcome::Pass);
-    let differs_unprepared = if passes && !compare_unprepared {
+    let differs_unprepared = if passes && !options.compare_unprepared {
         false
     } else {
         let unprepared = config
             .clone()
             .out_dir(out_root.join(format!("{name}-unprepared")));
-        matches!(run_case(&unprepared, case, false), Outcome::Pass) != passes
+        matches!(
+            run_case(&unprepared, case, false, options.tolerance),
+            Outcome::Pass
+        ) != passes
     };
     let line = match &outcome {
         Outcome::Pass => format!("PASS {name}"),
@@ -342,7 +370,7 @@ fn use_toolchain_runtime(config: &Config) -> Result<(), String> {
 }
 
 /// Compiles and runs one case, with or without the ONNX preparation step.
-fn run_case(config: &Config, case: &Path, onnx_prepare: bool) -> Outcome {
+fn run_case(config: &Config, case: &Path, onnx_prepare: bool, tolerance: Tolerance) -> Outcome {
     let mut model = match Model::from_source("model", &case.join("model.onnx"), None) {
         Ok(model) => model,
         Err(error) => return Outcome::Fail(first_line(&error.to_string())),
@@ -355,13 +383,17 @@ fn run_case(config: &Config, case: &Path, onnx_prepare: bool) -> Outcome {
         }
         Err(error) => return Outcome::Fail(first_line(&error.to_string())),
     };
-    match run_compiled(&compiled, case) {
+    match run_compiled(&compiled, case, tolerance) {
         Ok(()) => Outcome::Pass,
         Err(reason) => Outcome::Fail(reason),
     }
 }
 
-fn run_compiled(standalone: &StandaloneModel, case: &Path) -> Result<(), String> {
+fn run_compiled(
+    standalone: &StandaloneModel,
+    case: &Path,
+    tolerance: Tolerance,
+) -> Result<(), String> {
     let compiled = &standalone.compiled;
     let weights = match &compiled.weights {
         Some(path) => Some(std::fs::read(path).map_err(|error| error.to_string())?),
@@ -417,7 +449,7 @@ fn run_compiled(standalone: &StandaloneModel, case: &Path) -> Result<(), String>
         }
         for (index, actual) in outputs.iter().enumerate() {
             let expected = onnx_tensor::read(&data_set.join(format!("output_{index}.pb")))?;
-            compare(index, actual, &expected)?;
+            compare(index, actual, &expected, tolerance)?;
         }
     }
     Ok(())
@@ -430,7 +462,12 @@ fn flatten(output: Output, into: &mut Vec<Tensor>) {
     }
 }
 
-fn compare(index: usize, actual: &Tensor, expected: &Tensor) -> Result<(), String> {
+fn compare(
+    index: usize,
+    actual: &Tensor,
+    expected: &Tensor,
+    tolerance: Tolerance,
+) -> Result<(), String> {
     if actual.dtype() != expected.dtype() {
         return Err(format!(
             "output {index}: dtype {}, expected {}",
@@ -457,7 +494,7 @@ fn compare(index: usize, actual: &Tensor, expected: &Tensor) -> Result<(), Strin
         } else {
             (a.is_nan() && e.is_nan())
                 || a == e
-                || (a - e).abs() <= ABSOLUTE_TOLERANCE + RELATIVE_TOLERANCE * e.abs()
+                || (a - e).abs() <= tolerance.absolute + tolerance.relative * e.abs()
         };
         if !close {
             return Err(format!(

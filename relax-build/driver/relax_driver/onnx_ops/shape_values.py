@@ -65,6 +65,7 @@ class Slice(onnx_frontend.Slice):
 
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
+        inputs = [inputs[0], *(onnx_frontend.get_constant(value, params) for value in inputs[1:])]
         data = shape_literal(inputs[0])
         if data is not None:
             starts, ends = constant_ints(inputs[1]), constant_ints(inputs[2])
@@ -94,7 +95,8 @@ class Reshape(onnx_frontend.Reshape):
 
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
-        data, target = inputs[0], inputs[1]
+        # (An initializer is a parameter when weights are external: its value is in params.)
+        data, target = inputs[0], onnx_frontend.get_constant(inputs[1], params)
         computed = (
             not isinstance(target, (GenericConst, relax.ShapeExpr))
             and isinstance(target.ty, relax.TensorType)

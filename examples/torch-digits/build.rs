@@ -1,0 +1,3 @@
+fn main() {
+    relax_build::compile_models();
+}
