@@ -13,7 +13,13 @@ CONVERTERS = {}
 
 
 def converters():
-    """Every converter of this package, by operator name."""
+    """Every converter of this package, by operator name (the modules, which import
+    TVM, are imported on first use)."""
+    if not CONVERTERS:
+        from . import attention, normalization, rotary
+
+        for module in (attention, normalization, rotary):
+            CONVERTERS.update(module.CONVERTERS)
     return dict(CONVERTERS)
 
 

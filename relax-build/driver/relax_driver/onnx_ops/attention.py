@@ -1,0 +1,142 @@
+"""The ONNX standard Attention operator (opsets 23-25).
+
+TVM's importer maps "Attention" to onnxruntime's com.microsoft Attention only (its
+converter needs `num_heads`); a node with that attribute still goes to TVM's converter.
+The standard operator is built here as ONNX's reference computes it: Q and K scaled by
+the square root of the scale, an additive bias (attention mask, causal frontier aligned
+to the past, sliding window, padding of an external cache), softcap, a softmax whose
+fully masked rows are zero, grouped-query heads repeated, present key/value returned.
+"""
+
+import math
+
+from tvm import relax
+from tvm.relax.frontend.onnx import onnx_frontend
+
+from .common import ONNX_DTYPES, const, dims_of, dtype_of, rank_of, static_dims
+
+
+def split_heads(x, heads):
+    """(batch, seq, heads * size) -> (batch, heads, seq, size)."""
+    batch, seq, hidden = dims_of(x)
+    return relax.op.permute_dims(relax.op.reshape(x, (batch, seq, heads, hidden // heads)), [0, 2, 1, 3])
+
+
+def bias_from_mask(mask, kv_len, dtype):
+    """An attention mask as an additive bias: a boolean mask's False becomes -inf; a mask
+    shorter than the keys is padded with masked positions."""
+    masked = const(-math.inf, dtype)
+    dims = static_dims(mask)
+    if dtype_of(mask) == "bool":
+        mask = relax.op.where(mask, const(0.0, dtype), masked)
+    if dims is not None and isinstance(kv_len, int) and dims[-1] < kv_len:
+        pad = relax.op.full(dims[:-1] + [kv_len - dims[-1]], masked, dtype)
+        mask = relax.op.concat([mask, pad], axis=-1)
+    return mask
+
+
+def frontier_bias(allowed, dtype):
+    return relax.op.where(allowed, const(0.0, dtype), const(-math.inf, dtype))
+
+
+def matmul(a, b, dtype):
+    """a @ b rounded to `dtype`; 16-bit floats are multiplied and summed in float32, as
+    ONNX's reference (numpy) does."""
+    if dtype not in ("float16", "bfloat16"):
+        return relax.op.matmul(a, b)
+    product = relax.op.matmul(relax.op.astype(a, "float32"), relax.op.astype(b, "float32"))
+    return relax.op.astype(product, dtype)
+
+
+class Attention(onnx_frontend.OnnxOpConverter):
+    """Standard ONNX Attention; com.microsoft Attention (with `num_heads`) goes to TVM's."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        if "num_heads" in attr:
+            return onnx_frontend.Attention._impl_v1(bb, inputs, attr, params)
+        return standard_attention(bb, inputs, attr)
+
+
+def standard_attention(bb, inputs, attr):
+    query, key, value, mask, past_key, past_value, nonpad = (inputs[i] for i in range(7))
+    dtype = dtype_of(query)
+    three_d = rank_of(query) == 3
+    if three_d:
+        query = bb.emit(split_heads(query, attr["q_num_heads"]))
+        key = bb.emit(split_heads(key, attr["kv_num_heads"]))
+        value = bb.emit(split_heads(value, attr["kv_num_heads"]))
+    scale = attr.get("scale", 1.0 / math.sqrt(dims_of(query)[3]))
+    root = const(math.sqrt(scale), dtype)
+    if past_key is not None:
+        key = relax.op.concat([past_key, key], axis=2)
+        value = relax.op.concat([past_value, value], axis=2)
+    present_key, present_value = bb.emit(key), bb.emit(value)
+    q_len, kv_len = dims_of(query)[2], dims_of(present_key)[2]
+
+    # The additive bias: a sum of terms, each broadcasting to (batch, heads, q, kv).
+    terms = []
+    if mask is not None:
+        terms.append(bias_from_mask(mask, kv_len, dtype))
+    rows = relax.op.reshape(relax.op.arange(0, q_len, 1, "int64"), (q_len, 1))
+    columns = relax.op.reshape(relax.op.arange(0, kv_len, 1, "int64"), (1, kv_len))
+    if nonpad is not None:  # an external cache: each batch's queries end at its length
+        lengths = bb.emit(relax.op.reshape(bb.emit(relax.op.astype(nonpad, "int64")), (-1, 1, 1, 1)))
+        offset = bb.emit(relax.op.subtract(lengths, relax.const(q_len, "int64")))
+    else:
+        past = dims_of(past_key)[2] if past_key is not None else 0
+        offset = relax.const(past, "int64")
+    rows, columns = bb.emit(rows), bb.emit(columns)
+    position = bb.emit(relax.op.add(rows, offset))  # a query's absolute position
+    if attr.get("is_causal", 0):
+        terms.append(frontier_bias(relax.op.less_equal(columns, position), dtype))
+    left, right = attr.get("left_window_size", -1), attr.get("right_window_size", -1)
+    if left >= 0 or right >= 0:
+        distance = relax.op.subtract(position, columns)
+        allowed = []
+        if left >= 0:
+            allowed.append(relax.op.less_equal(distance, relax.const(left, "int64")))
+        if right >= 0:
+            allowed.append(relax.op.greater_equal(distance, relax.const(-right, "int64")))
+        both = allowed[0] if len(allowed) == 1 else relax.op.logical_and(*allowed)
+        terms.append(frontier_bias(both, dtype))
+    if nonpad is not None:
+        terms.append(frontier_bias(relax.op.less(columns, lengths), dtype))
+    bias = None
+    for term in terms:
+        bias = term if bias is None else relax.op.add(bias, term)
+    bias = bb.emit(bias) if bias is not None else None
+
+    q_heads, kv_heads = dims_of(query)[1], dims_of(key)[1]
+    if q_heads != kv_heads:
+        key = relax.op.repeat(key, q_heads // kv_heads, axis=1)
+        value = relax.op.repeat(value, q_heads // kv_heads, axis=1)
+    transposed = relax.op.permute_dims(relax.op.multiply(key, root), [0, 1, 3, 2])
+    scores = matmul(relax.op.multiply(query, root), transposed, dtype)
+    softcap = attr.get("softcap", 0.0)
+    if softcap > 0:
+        cap = const(softcap, dtype)
+        scores = relax.op.multiply(relax.op.tanh(relax.op.divide(scores, cap)), cap)
+    scores = bb.emit(scores)
+    mode = attr.get("qk_matmul_output_mode", 0)
+    biased = bb.emit(relax.op.add(scores, bias)) if bias is not None else scores
+    exposed = biased if mode == 2 else scores
+    softmax_dtype = ONNX_DTYPES[attr["softmax_precision"]] if "softmax_precision" in attr else dtype
+    probabilities = relax.op.nn.softmax(relax.op.astype(biased, softmax_dtype), axis=-1)
+    if bias is not None:  # rows the bias masks entirely attend to nothing: zeros
+        # (Whether any key is allowed, as 0/1: TVM's max starts from the lowest finite
+        # value, so the max of a row of -inf is not -inf.)
+        allowed = relax.op.astype(relax.op.greater(bias, const(-math.inf, dtype)), "float32")
+        row_masked = relax.op.equal(relax.op.max(allowed, axis=-1, keepdims=True), relax.const(0.0, "float32"))
+        probabilities = relax.op.where(row_masked, const(0.0, softmax_dtype), probabilities)
+    probabilities = bb.emit(relax.op.astype(probabilities, dtype))
+    if mode == 3:
+        exposed = probabilities
+    output = matmul(probabilities, value, dtype)
+    if three_d:
+        batch, heads, seq, size = dims_of(bb.normalize(output))
+        output = relax.op.reshape(relax.op.permute_dims(output, [0, 2, 1, 3]), (batch, seq, heads * size))
+    return relax.Tuple([bb.emit(output), present_key, present_value, exposed])
+
+
+CONVERTERS = {"Attention": Attention}
