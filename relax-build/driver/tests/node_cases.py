@@ -50,6 +50,15 @@ def constants_in_shape_slots(model, inputs):
     return [values[value.name] for value in kept]
 
 
+def as_array(value):
+    """A data set's value as a numpy array (some are stored as TensorProtos)."""
+    import onnx
+
+    if isinstance(value, onnx.TensorProto):
+        return onnx.numpy_helper.to_array(value)
+    return np.asarray(value)
+
+
 def run_case(case):
     """None when `case` passes, else a one-line reason."""
     import onnx
@@ -59,7 +68,7 @@ def run_case(case):
     for inputs, expected in case.data_sets:
         model = onnx.ModelProto()
         model.CopyFrom(case.model)
-        feeds = constants_in_shape_slots(model, list(inputs))
+        feeds = constants_in_shape_slots(model, [as_array(value) for value in inputs])
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "model.onnx")
             onnx.save(model, path)
@@ -67,12 +76,12 @@ def run_case(case):
             ir_module, _, _ = onnx_source.load(request)
         executable = tvm.compile(ir_module, target="llvm")
         vm = relax.VirtualMachine(executable, tvm.cpu())
-        result = vm["main"](*[tvm.runtime.tensor(np.asarray(value)) for value in feeds])
+        result = vm["main"](*[tvm.runtime.tensor(value) for value in feeds])
         outputs = flatten(result)
         if len(outputs) < len(expected):
             return f"{len(outputs)} outputs for {len(expected)} expected"
         for index, (got, want) in enumerate(zip(outputs, expected)):
-            want = np.asarray(want)
+            want = as_array(want)
             if got.shape != want.shape:
                 return f"output {index}: shape {got.shape}, expected {want.shape}"
             if want.dtype == object or want.dtype.kind in "biuU":
