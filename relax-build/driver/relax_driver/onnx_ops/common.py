@@ -2,7 +2,9 @@
 
 import numpy as np
 from tvm import relax
+from tvm.ir.expr import GenericConst
 from tvm.ir.prim.expr import IntImm
+from tvm.relax.frontend.onnx import onnx_frontend
 
 # ONNX TensorProto element types -> TVM dtype names, for attributes naming a type.
 ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
@@ -38,9 +40,11 @@ def const(value, dtype):
     return relax.const(np.asarray(value, dtype), dtype)
 
 
-def constant_value(expr):
-    """The numpy value of a relax constant, or None for any other expression."""
-    return expr.data.numpy() if isinstance(expr, relax.Constant) else None
+def constant_value(expr, params):
+    """The numpy value of a constant (or of a weight the importer holds as a parameter),
+    or None for any other expression."""
+    expr = onnx_frontend.get_constant(expr, params)
+    return expr.value.numpy() if isinstance(expr, GenericConst) else None
 
 
 def normalized_axes(axes, rank):
