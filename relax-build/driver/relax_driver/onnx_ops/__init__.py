@@ -16,9 +16,9 @@ def converters():
     """Every converter of this package, by operator name (the modules, which import
     TVM, are imported on first use)."""
     if not CONVERTERS:
-        from . import attention, normalization, quantized, reductions, rotary
+        from . import attention, normalization, quantized, reductions, resize, rotary
 
-        for module in (attention, normalization, quantized, reductions, rotary):
+        for module in (attention, normalization, quantized, reductions, resize, rotary):
             CONVERTERS.update(module.CONVERTERS)
     return dict(CONVERTERS)
 
