@@ -10,6 +10,7 @@ fully masked rows are zero, grouped-query heads repeated, present key/value retu
 
 import math
 
+import numpy as np
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend
 
@@ -30,7 +31,7 @@ def bias_from_mask(mask, kv_len, dtype):
     if dtype_of(mask) == "bool":
         mask = relax.op.where(mask, const(0.0, dtype), masked)
     if dims is not None and isinstance(kv_len, int) and dims[-1] < kv_len:
-        pad = relax.op.full(dims[:-1] + [kv_len - dims[-1]], masked, dtype)
+        pad = const(np.full(dims[:-1] + [kv_len - dims[-1]], -math.inf), dtype)
         mask = relax.op.concat([mask, pad], axis=-1)
     return mask
 
@@ -48,6 +49,22 @@ def matmul(a, b, dtype):
     return relax.op.astype(product, dtype)
 
 
+def softmax(bb, x, dtype):
+    """Softmax over the last axis. For 16-bit floats, each step is computed in float32
+    and rounded to `dtype`, as ONNX's reference (numpy) computes it."""
+    if dtype not in ("float16", "bfloat16"):
+        return relax.op.nn.softmax(x, axis=-1)
+
+    def rounded(expr):
+        return bb.emit(relax.op.astype(relax.op.astype(expr, dtype), "float32"))
+
+    x = bb.emit(relax.op.astype(x, "float32"))
+    shifted = rounded(relax.op.subtract(x, relax.op.max(x, axis=-1, keepdims=True)))
+    exponentials = rounded(relax.op.exp(shifted))
+    total = rounded(relax.op.sum(exponentials, axis=-1, keepdims=True))
+    return relax.op.astype(relax.op.divide(exponentials, total), dtype)
+
+
 class Attention(onnx_frontend.OnnxOpConverter):
     """Standard ONNX Attention; com.microsoft Attention (with `num_heads`) goes to TVM's."""
 
@@ -58,7 +75,43 @@ class Attention(onnx_frontend.OnnxOpConverter):
         return standard_attention(bb, inputs, attr)
 
 
+def attention_bias(bb, attr, mask, nonpad, past_len, q_len, kv_len, dtype):
+    """The additive bias (broadcasting to (batch, heads, q, kv)), or None: the mask, the
+    causal frontier, the sliding window and an external cache's padding. A query's
+    absolute position is its index plus the past's length, or, with an external cache
+    (nonpad_kv_seqlen), its index plus its batch's length less the queries'."""
+    terms = [bias_from_mask(mask, kv_len, dtype)] if mask is not None else []
+    causal = attr.get("is_causal", 0)
+    left, right = attr.get("left_window_size", -1), attr.get("right_window_size", -1)
+    if causal or left >= 0 or right >= 0 or nonpad is not None:
+        rows = bb.emit(relax.op.reshape(bb.emit(relax.op.arange(0, q_len, 1, "int64")), (q_len, 1)))
+        columns = bb.emit(relax.op.reshape(bb.emit(relax.op.arange(0, kv_len, 1, "int64")), (1, kv_len)))
+        if nonpad is not None:
+            lengths = bb.emit(relax.op.reshape(bb.emit(relax.op.astype(nonpad, "int64")), (-1, 1, 1, 1)))
+            offset = bb.emit(relax.op.subtract(lengths, relax.const(q_len, "int64")))
+            terms.append(frontier_bias(relax.op.less(columns, lengths), dtype))
+        else:
+            offset = relax.const(past_len, "int64")
+        position = bb.emit(relax.op.add(rows, offset))
+        if causal:
+            terms.append(frontier_bias(relax.op.less_equal(columns, position), dtype))
+        if left >= 0 or right >= 0:  # the sliding window: keys left/right of the query
+            distance = bb.emit(relax.op.subtract(position, columns))
+            if left >= 0:
+                terms.append(frontier_bias(relax.op.less_equal(distance, relax.const(left, "int64")), dtype))
+            if right >= 0:
+                terms.append(frontier_bias(relax.op.greater_equal(distance, relax.const(-right, "int64")), dtype))
+    if not terms:
+        return None
+    bias = terms[0]
+    for term in terms[1:]:
+        bias = relax.op.add(bias, term)
+    return bb.emit(bias)
+
+
 def standard_attention(bb, inputs, attr):
+    """(Y, present_key, present_value, qk_matmul_output) for inputs Q, K, V and the
+    optional attn_mask, past_key, past_value, nonpad_kv_seqlen."""
     query, key, value, mask, past_key, past_value, nonpad = (inputs[i] for i in range(7))
     dtype = dtype_of(query)
     three_d = rank_of(query) == 3
@@ -73,39 +126,8 @@ def standard_attention(bb, inputs, attr):
         value = relax.op.concat([past_value, value], axis=2)
     present_key, present_value = bb.emit(key), bb.emit(value)
     q_len, kv_len = dims_of(query)[2], dims_of(present_key)[2]
-
-    # The additive bias: a sum of terms, each broadcasting to (batch, heads, q, kv).
-    terms = []
-    if mask is not None:
-        terms.append(bias_from_mask(mask, kv_len, dtype))
-    rows = relax.op.reshape(relax.op.arange(0, q_len, 1, "int64"), (q_len, 1))
-    columns = relax.op.reshape(relax.op.arange(0, kv_len, 1, "int64"), (1, kv_len))
-    if nonpad is not None:  # an external cache: each batch's queries end at its length
-        lengths = bb.emit(relax.op.reshape(bb.emit(relax.op.astype(nonpad, "int64")), (-1, 1, 1, 1)))
-        offset = bb.emit(relax.op.subtract(lengths, relax.const(q_len, "int64")))
-    else:
-        past = dims_of(past_key)[2] if past_key is not None else 0
-        offset = relax.const(past, "int64")
-    rows, columns = bb.emit(rows), bb.emit(columns)
-    position = bb.emit(relax.op.add(rows, offset))  # a query's absolute position
-    if attr.get("is_causal", 0):
-        terms.append(frontier_bias(relax.op.less_equal(columns, position), dtype))
-    left, right = attr.get("left_window_size", -1), attr.get("right_window_size", -1)
-    if left >= 0 or right >= 0:
-        distance = relax.op.subtract(position, columns)
-        allowed = []
-        if left >= 0:
-            allowed.append(relax.op.less_equal(distance, relax.const(left, "int64")))
-        if right >= 0:
-            allowed.append(relax.op.greater_equal(distance, relax.const(-right, "int64")))
-        both = allowed[0] if len(allowed) == 1 else relax.op.logical_and(*allowed)
-        terms.append(frontier_bias(both, dtype))
-    if nonpad is not None:
-        terms.append(frontier_bias(relax.op.less(columns, lengths), dtype))
-    bias = None
-    for term in terms:
-        bias = term if bias is None else relax.op.add(bias, term)
-    bias = bb.emit(bias) if bias is not None else None
+    past_len = dims_of(past_key)[2] if past_key is not None else 0
+    bias = attention_bias(bb, attr, mask, nonpad, past_len, q_len, kv_len, dtype)
 
     q_heads, kv_heads = dims_of(query)[1], dims_of(key)[1]
     if q_heads != kv_heads:
@@ -122,7 +144,7 @@ def standard_attention(bb, inputs, attr):
     biased = bb.emit(relax.op.add(scores, bias)) if bias is not None else scores
     exposed = biased if mode == 2 else scores
     softmax_dtype = ONNX_DTYPES[attr["softmax_precision"]] if "softmax_precision" in attr else dtype
-    probabilities = relax.op.nn.softmax(relax.op.astype(biased, softmax_dtype), axis=-1)
+    probabilities = softmax(bb, relax.op.astype(biased, softmax_dtype), softmax_dtype)
     if bias is not None:  # rows the bias masks entirely attend to nothing: zeros
         # (Whether any key is allowed, as 0/1: TVM's max starts from the lowest finite
         # value, so the max of a row of -inf is not -inf.)

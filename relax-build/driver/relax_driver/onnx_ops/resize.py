@@ -134,7 +134,7 @@ class Resize(onnx_frontend.OnnxOpConverter):
         roi = constant_value(inputs[1], params) if inputs[1] is not None else None
         scales = constant_value(inputs[2], params) if inputs[2] is not None else None
         sizes = constant_value(inputs[3], params) if inputs[3] is not None else None
-        if (scales is None or scales.size == 0) and (sizes is None or sizes.size == 0) or dims is None:
+        if dims is None or ((scales is None or scales.size == 0) and (sizes is None or sizes.size == 0)):
             # Computed at run time (or unknown input dims): TVM's importer decides.
             return onnx_frontend.Resize._impl_v18(bb, inputs, attr, params)
         rank = rank_of(x)
