@@ -1,6 +1,6 @@
 """The driver's reductions (onnx_ops/reductions.py) against onnxruntime: axes as an
 attribute and as an input, and the two cases TVM gets wrong (boolean max/min; an empty
-reduced axis)."""
+reduced axis, also of a graph input declared empty)."""
 
 import unittest
 
@@ -41,6 +41,15 @@ class Reductions(unittest.TestCase):
                 constants = {name: np.array([value], np.int64) for name, value in (("start", 0), ("end", 0), ("axis", 1))}
                 made = graph_model(nodes, {"x": data}, ["y"], constants, opset=18)
                 assert_matches(self, made, {"x": data}, expected=[np.full((2,), identity, np.float32)])
+
+    def test_a_graph_input_declared_empty(self):
+        # (TVM's importer alone would read the declared 0 as an unknown dim.)
+        data = np.zeros((2, 0, 4), np.float32)
+        for name in ("ReduceSum", "ReduceL2", "ReduceLogSumExp"):
+            with self.subTest(name):
+                node = helper.make_node(name, ["x", "axes"], ["y"], keepdims=1)
+                made = graph_model(node, {"x": data}, ["y"], {"axes": np.array([1], np.int64)}, opset=18)
+                assert_matches(self, made, {"x": data})
 
 
 if __name__ == "__main__":

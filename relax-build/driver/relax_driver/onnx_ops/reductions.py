@@ -49,7 +49,9 @@ def empty_set_result(name, inputs, attr, params):
     shape = [1 if axis in axes else dim for axis, dim in enumerate(dims) if keep or axis not in axes]
     dtype = dtype_of(data)
     identity = IDENTITIES[name]
-    if np.dtype(dtype).kind in "iu":
+    if dtype == "bool":  # any (max) of nothing is False, all (min) of nothing True
+        identity = identity > 0
+    elif np.dtype(dtype).kind in "iu":
         info = np.iinfo(dtype)
         identity = {math.inf: info.max, -math.inf: info.min}.get(identity, identity)
     return relax.const(np.full(shape, identity, dtype), dtype)
