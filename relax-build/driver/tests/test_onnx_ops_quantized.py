@@ -79,6 +79,32 @@ class QuantizeDequantize(unittest.TestCase):
                 made = graph_model(nodes, {"x": data}, ["y"], {"scale": scale, "zero": zero}, opset=13)
                 assert_matches(self, made, {"x": data}, rtol=0, atol=1e-6)
 
+    def test_qdq_conv_with_per_channel_int8_weights(self):
+        # The form quantize_static(..., quant_format=QuantFormat.QDQ, per_channel=True) writes.
+        data = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
+        nodes = [
+            helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["xq"]),
+            helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zero"], ["xd"]),
+            helper.make_node("DequantizeLinear", ["wq", "w_scale", "w_zero"], ["wd"], axis=0),
+            helper.make_node("Conv", ["xd", "wd", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("QuantizeLinear", ["c", "y_scale", "y_zero"], ["yq"]),
+            helper.make_node("DequantizeLinear", ["yq", "y_scale", "y_zero"], ["y"]),
+        ]
+        constants = {
+            "x_scale": scalar(0.03, np.float32), "x_zero": scalar(120, np.uint8),
+            "wq": integers(np.int8, 4, 3, 3, 3), "w_scale": np.array([0.01, 0.004, 0.02, 0.008], np.float32),
+            "w_zero": np.zeros(4, np.int8), "b": RNG.standard_normal(4).astype(np.float32),
+            "y_scale": scalar(0.2, np.float32), "y_zero": scalar(128, np.uint8),
+        }
+        made = graph_model(nodes, {"x": data}, ["y"], constants, opset=13)
+        assert_matches(self, made, {"x": data}, rtol=0, atol=1e-5)
+
+    def test_dynamic_quantize_linear(self):
+        data = np.concatenate([RNG.standard_normal(20), [-1.0, 0.0, 2.5]]).astype(np.float32)
+        node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zero"])
+        made = graph_model(node, {"x": data}, {"y": np.uint8, "scale": np.float32, "zero": np.uint8}, opset=13)
+        assert_matches(self, made, {"x": data})
+
     def test_blocked_scales(self):
         data = RNG.standard_normal((3, 8)).astype(np.float32) * 4
         scale = (RNG.random((3, 2)) + 0.1).astype(np.float32)
