@@ -144,14 +144,18 @@ def standard_attention(bb, inputs, attr):
     biased = bb.emit(relax.op.add(scores, bias)) if bias is not None else scores
     exposed = biased if mode == 2 else scores
     softmax_dtype = ONNX_DTYPES[attr["softmax_precision"]] if "softmax_precision" in attr else dtype
-    probabilities = softmax(bb, relax.op.astype(biased, softmax_dtype), softmax_dtype)
+    if softmax_dtype != dtype:
+        biased = bb.emit(relax.op.astype(biased, softmax_dtype))
+    probabilities = softmax(bb, biased, softmax_dtype)
     if bias is not None:  # rows the bias masks entirely attend to nothing: zeros
         # (Whether any key is allowed, as 0/1: TVM's max starts from the lowest finite
         # value, so the max of a row of -inf is not -inf.)
         allowed = relax.op.astype(relax.op.greater(bias, const(-math.inf, dtype)), "float32")
         row_masked = relax.op.equal(relax.op.max(allowed, axis=-1, keepdims=True), relax.const(0.0, "float32"))
         probabilities = relax.op.where(row_masked, const(0.0, softmax_dtype), probabilities)
-    probabilities = bb.emit(relax.op.astype(probabilities, dtype))
+    if softmax_dtype != dtype:
+        probabilities = relax.op.astype(probabilities, dtype)
+    probabilities = bb.emit(probabilities)
     if mode == 3:
         exposed = probabilities
     output = matmul(probabilities, value, dtype)

@@ -27,9 +27,18 @@ def normalized_axes(attr, data):
     return list(range(axis, rank))
 
 
+def statistics(bb, x, axes, epsilon):
+    """(mean, x - mean, 1 / sqrt(variance + epsilon)) over `axes`, kept as 1s."""
+    mean = bb.emit(relax.op.mean(x, axis=axes, keepdims=True))
+    centered = bb.emit(relax.op.subtract(x, mean))
+    variance = relax.op.mean(relax.op.multiply(centered, centered), axis=axes, keepdims=True)
+    inv_std = bb.emit(relax.op.rsqrt(relax.op.add(variance, const(epsilon, dtype_of(x)))))
+    return mean, centered, inv_std
+
+
 class LayerNormalization(onnx_frontend.OnnxOpConverter):
     """Y = (X - mean) / sqrt(var + epsilon) * scale + bias over the axes from `axis`;
-    also Mean and InvStdDev (keeping the normalized axes as 1s)."""
+    also Mean and InvStdDev (keeping the normalized axes as 1s) when the node has them."""
 
     @classmethod
     def _impl_v17(cls, bb, inputs, attr, params):
@@ -38,22 +47,20 @@ class LayerNormalization(onnx_frontend.OnnxOpConverter):
         stash = stash_dtype(attr)
         epsilon = attr.get("epsilon", 1e-5)
         axes = normalized_axes(attr, data)
+        statistics_used = attr["tvm_custom"]["num_outputs"] > 1
         x = bb.emit(relax.op.astype(data, stash)) if stash != dtype else data
-        mean = bb.emit(relax.op.mean(x, axis=axes, keepdims=True))
-        centered = bb.emit(relax.op.subtract(x, mean))
-        variance = relax.op.mean(relax.op.multiply(centered, centered), axis=axes, keepdims=True)
-        inv_std = bb.emit(relax.op.rsqrt(relax.op.add(variance, const(epsilon, stash))))
         if bias is None:
             bias = relax.const(np.zeros([int(dim) for dim in dims_of(scale)], "float32"))
             bias = bb.emit(relax.op.astype(bias, dtype_of(scale)))
+        gamma, beta = (bb.emit(relax.op.astype(v, stash)) if stash != dtype_of(v) else v for v in (scale, bias))
         if dims_of(scale) == dims_of(data)[axes[0]:] and dims_of(bias) == dims_of(scale):
-            gamma, beta = (bb.emit(relax.op.astype(v, stash)) if stash != dtype_of(v) else v for v in (scale, bias))
             y = relax.op.nn.layer_norm(x, gamma, beta, axes, epsilon)
+            mean, _, inv_std = statistics(bb, x, axes, epsilon) if statistics_used else (None, None, None)
         else:  # a scale or bias that broadcasts (lower rank, or dims of 1)
-            normalized = relax.op.multiply(centered, inv_std)
-            y = relax.op.add(relax.op.multiply(normalized, relax.op.astype(scale, stash)), relax.op.astype(bias, stash))
+            mean, centered, inv_std = statistics(bb, x, axes, epsilon)
+            y = relax.op.add(relax.op.multiply(relax.op.multiply(centered, inv_std), gamma), beta)
         y = bb.emit(relax.op.astype(y, dtype) if stash != dtype else y)
-        return relax.Tuple([y, mean, inv_std])
+        return relax.Tuple([y, mean, inv_std]) if statistics_used else y
 
 
 class RMSNormalization(onnx_frontend.OnnxOpConverter):
