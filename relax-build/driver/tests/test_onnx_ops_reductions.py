@@ -1,6 +1,6 @@
 """The driver's reductions (onnx_ops/reductions.py) against onnxruntime: axes as an
-attribute and as an input, and the two cases TVM gets wrong (boolean max/min; an empty
-reduced axis, also of a graph input declared empty)."""
+attribute and as an input, and the cases TVM gets wrong (boolean max/min; max/min of
+infinities; an empty reduced axis, also of a graph input declared empty)."""
 
 import unittest
 
@@ -27,6 +27,13 @@ class Reductions(unittest.TestCase):
                 node = helper.make_node(name, ["x", "axes"], ["y"], keepdims=0)
                 made = graph_model(node, {"x": data}, {"y": np.bool_}, {"axes": np.array([1], np.int64)}, opset=20)
                 assert_matches(self, made, {"x": data})
+
+    def test_max_and_min_of_infinite_rows_are_infinite(self):
+        data = np.array([[-np.inf, -np.inf], [np.inf, np.inf], [-3.4028235e38, 1.0]], np.float32)
+        for name in ("ReduceMax", "ReduceMin"):
+            with self.subTest(name):
+                node = helper.make_node(name, ["x"], ["y"], axes=[-1], keepdims=1)
+                assert_matches(self, graph_model(node, {"x": data}, ["y"], opset=13), {"x": data})
 
     def test_an_empty_axis_gives_the_identity(self):
         # The empty tensor comes from a Slice of a constant, so that its 0 is static.
