@@ -87,7 +87,9 @@ def run_case(case):
             if want.dtype == object or want.dtype.kind in "biuU":
                 same = np.array_equal(got.astype(want.dtype), want)
             else:
-                same = np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=case.rtol, atol=case.atol, equal_nan=True)
+                same = np.allclose(
+                    got.astype(np.float64), want.astype(np.float64), rtol=case.rtol, atol=case.atol, equal_nan=True
+                )
             if not same:
                 worst = np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))) if got.size else 0
                 return f"output {index}: values differ (max abs diff {worst:.3g})"

@@ -79,7 +79,8 @@ class RMSNormalization(onnx_frontend.OnnxOpConverter):
             y = relax.op.nn.rms_norm(x, gamma, axes, epsilon)
         else:  # all axes (TVM's rms_norm fails there) or a broadcasting scale
             mean_square = relax.op.mean(relax.op.multiply(x, x), axis=axes, keepdims=True)
-            y = relax.op.multiply(relax.op.multiply(x, relax.op.rsqrt(relax.op.add(mean_square, const(epsilon, stash)))), gamma)
+            inverse_rms = relax.op.rsqrt(relax.op.add(mean_square, const(epsilon, stash)))
+            y = relax.op.multiply(relax.op.multiply(x, inverse_rms), gamma)
         return bb.emit(relax.op.astype(y, dtype) if stash != dtype else y)
 
 

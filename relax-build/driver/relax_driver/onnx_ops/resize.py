@@ -15,7 +15,7 @@ import numpy as np
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend
 
-from .common import constant_value, dims_of, dtype_of, rank_of, static_dims
+from .common import constant_value, dtype_of, rank_of, static_dims
 
 
 def text(attr, name, default):
@@ -190,7 +190,9 @@ def tvm_resize_agrees(settings, dims, scales, sizes, roi, attr, rank):
     """Whether TVM's resize computes this form as ONNX does: every axis scaled by exactly
     its size ratio, spatial axes only (from 2 on), and modes TVM has."""
     exact = all(sizes[axis] == scales[axis] * dims[axis] for axis in range(rank))
-    batch_and_channels = all(sizes[axis] == dims[axis] and roi[axis] == 0.0 and roi[rank + axis] == 1.0 for axis in (0, 1))
+    batch_and_channels = all(
+        sizes[axis] == dims[axis] and roi[axis] == 0.0 and roi[rank + axis] == 1.0 for axis in (0, 1)
+    )
     return (
         exact
         and batch_and_channels
