@@ -51,9 +51,9 @@ def as_float32(bb, value):
 
 
 def integer_conv(bb, data, weight, attr, params):
-    """TVM's Conv converter on int32 operands (zero points already subtracted)."""
-    attr = {key: value for key, value in attr.items() if key != "tvm_custom"}
-    return bb.emit(onnx_frontend.Conv._impl_v11(bb, onnx_frontend.onnx_input([data, weight]), attr, params))
+    """TVM's Conv converter on int32 operands (zero points already subtracted), given a
+    copy of the attributes (it adds kernel_shape to them)."""
+    return bb.emit(onnx_frontend.Conv._impl_v11(bb, onnx_frontend.onnx_input([data, weight]), dict(attr), params))
 
 
 class ConvInteger(onnx_frontend.OnnxOpConverter):
