@@ -69,6 +69,34 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/onnx_ops/__init__.py"),
     ),
     (
+        "relax_driver/onnx_ops/attention.py",
+        include_str!("../driver/relax_driver/onnx_ops/attention.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/common.py",
+        include_str!("../driver/relax_driver/onnx_ops/common.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/normalization.py",
+        include_str!("../driver/relax_driver/onnx_ops/normalization.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/quantized.py",
+        include_str!("../driver/relax_driver/onnx_ops/quantized.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/reductions.py",
+        include_str!("../driver/relax_driver/onnx_ops/reductions.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/resize.py",
+        include_str!("../driver/relax_driver/onnx_ops/resize.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/rotary.py",
+        include_str!("../driver/relax_driver/onnx_ops/rotary.py"),
+    ),
+    (
         "relax_driver/onnx_source.py",
         include_str!("../driver/relax_driver/onnx_source.py"),
     ),
@@ -268,7 +296,8 @@ pub struct UnsupportedOperator {
     pub op_type: String,
     pub count: usize,
     pub nodes: Vec<String>,
-    /// Why: `unsupported` (no converter) or the importer's error for this op.
+    /// Why: `unsupported` (no converter), `onnxruntime-only contrib operator` (no
+    /// converter, domain com.microsoft) or the importer's error for this op.
     pub reason: String,
 }
 

@@ -211,6 +211,15 @@ def prepare(model):
     return prepared, warnings
 
 
+# Operator domains only onnxruntime implements (its contrib operators, which its graph
+# optimizations and quantizer write: FusedConv, QLinearAdd, DynamicQuantizeLSTM, ...).
+ONNXRUNTIME_DOMAINS = {"com.microsoft", "com.microsoft.nchwc", "com.ms.internal.nhwc"}
+ONNXRUNTIME_FIX = (
+    "export or quantize without onnxruntime's optimizations (e.g. quantize_static with QuantFormat.QDQ, "
+    "or an ONNX export without graph optimization)"
+)
+
+
 def unsupported_operators(model, supported):
     """The main graph's operators without a converter in `supported`, in order of first
     appearance: [{op_type, count, nodes, reason}]."""
@@ -218,9 +227,8 @@ def unsupported_operators(model, supported):
     for index, node in enumerate(model.graph.node):
         if node.op_type in supported:
             continue
-        entry = found.setdefault(
-            node.op_type, {"op_type": node.op_type, "count": 0, "nodes": [], "reason": "unsupported"}
-        )
+        reason = "onnxruntime-only contrib operator" if node.domain in ONNXRUNTIME_DOMAINS else "unsupported"
+        entry = found.setdefault(node.op_type, {"op_type": node.op_type, "count": 0, "nodes": [], "reason": reason})
         entry["count"] += 1
         if len(entry["nodes"]) < NAMED_NODES:
             entry["nodes"].append(node.name or f"#{index}")
@@ -230,7 +238,8 @@ def unsupported_operators(model, supported):
 def describe(operator):
     nodes = ", ".join(operator["nodes"])
     more = ", ..." if operator["count"] > len(operator["nodes"]) else ""
-    return f"{operator['op_type']} x{operator['count']} (node(s) {nodes}{more})"
+    contrib = ", an onnxruntime-only contrib operator" if operator["reason"] != "unsupported" else ""
+    return f"{operator['op_type']} x{operator['count']} (node(s) {nodes}{more}{contrib})"
 
 
 def check_supported(model, source_path):
@@ -242,13 +251,22 @@ def check_supported(model, source_path):
     operators = unsupported_operators(model, onnx_ops.convert_map())
     if not operators:
         return
+    contrib = [operator["op_type"] for operator in operators if operator["reason"] != "unsupported"]
+    fix = (
+        "Fix: export the model without them (another opset_version or exporter option, e.g. "
+        "torch.onnx.export(..., opset_version=17), or disable fused custom ops), or write the model "
+        "as a Relax nn.Module source."
+    )
+    if contrib:
+        fix = (
+            f"Fix: {', '.join(contrib)} exist only in onnxruntime (its contrib operators, written by its graph "
+            f"optimizations or quantizer): {ONNXRUNTIME_FIX}. " + fix
+        )
     raise DriverError(
         "onnx_unsupported",
         f"TVM {tvm.__version__}'s ONNX importer has no converter for {len(operators)} operator type(s) "
         f"of {source_path}: " + "; ".join(describe(operator) for operator in operators),
-        "Fix: export the model without them (another opset_version or exporter option, e.g. "
-        "torch.onnx.export(..., opset_version=17), or disable fused custom ops), or write the model "
-        "as a Relax nn.Module source.",
+        fix,
         subject=", ".join(operator["op_type"] for operator in operators),
         operators=operators,
     )

@@ -77,6 +77,20 @@ def pin_inputs(model, inputs, source_path):
                     dim.dim_param = wanted
 
 
+def declared_empty_shapes(model):
+    """{name: dims} of the graph inputs with a dim declared 0 and every dim a number:
+    TVM's importer reads a dim of 0 as unknown (a new symbolic dim), so such an input
+    (an empty tensor) goes to it with its declared shape."""
+    shapes = {}
+    for name, value in graph_inputs(model).items():
+        tensor_type = value.type.tensor_type
+        dims = tensor_type.shape.dim if tensor_type.HasField("shape") else []
+        numbers = all(dim.HasField("dim_value") for dim in dims)
+        if numbers and any(dim.dim_value == 0 for dim in dims):
+            shapes[name] = [dim.dim_value for dim in dims]
+    return shapes
+
+
 def import_fix(model, request):
     """What to try when TVM's importer fails on a node: most failures on real exports come
     from shapes computed at run time, which the preparation step folds once the input
@@ -161,7 +175,7 @@ def imported(model, request):
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed), onnx_ops.registered():
-            ir_module = from_onnx(model, keep_params_in_input=external)
+            ir_module = from_onnx(model, shape_dict=declared_empty_shapes(model), keep_params_in_input=external)
     except tvm.error.OpNotImplemented as error:
         unsupported = str(error).split(":", 1)[-1].strip()
         nodes = [

@@ -125,6 +125,19 @@ class Unsupported(unittest.TestCase):
         )
         self.assertEqual(onnx_prepare.describe(operators[0]), "Det x5 (node(s) det0, det1, det2, ...)")
 
+    def test_onnxruntime_contrib_operators_are_named_as_such(self):
+        made = model(
+            [helper.make_node("FusedConv", ["x", "w"], ["y"], name="fused", domain="com.microsoft")],
+            [value("x", [1, 1, 4, 4]), value("w", [1, 1, 1, 1])],
+            [value("y", [1, 1, 4, 4])],
+        )
+        made.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        operators = onnx_prepare.unsupported_operators(made, set())
+        self.assertEqual(operators[0]["reason"], "onnxruntime-only contrib operator")
+        self.assertEqual(
+            onnx_prepare.describe(operators[0]), "FusedConv x1 (node(s) fused, an onnxruntime-only contrib operator)"
+        )
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -49,6 +49,19 @@ def registered():
         onnx_frontend._get_convert_map = original
 
 
-from . import control_flow, recurrent, shape_values  # noqa: E402  (the modules below fill CONVERTERS)
+# The modules of this package fill CONVERTERS (no two convert the same operator).
+from . import (  # noqa: E402
+    attention,
+    control_flow,
+    normalization,
+    quantized,
+    recurrent,
+    reductions,
+    resize,
+    rotary,
+    shape_values,
+)
 
-CONVERTERS.update({**control_flow.CONVERTERS, **recurrent.CONVERTERS, **shape_values.CONVERTERS})
+for _module in (attention, control_flow, normalization, quantized, recurrent, reductions, resize, rotary, shape_values):
+    assert not set(_module.CONVERTERS) & set(CONVERTERS), f"{_module.__name__} converts an operator twice"
+    CONVERTERS.update(_module.CONVERTERS)
