@@ -130,15 +130,32 @@ fn onnx_operators_tvm_does_not_support_all_in_one_error() {
     );
 }
 
-/// A graph that computes a reshape target at run time, with the preparation step off:
-/// TVM's importer fails, and the error says to turn the step on.
+/// onnxruntime's contrib operators (domain `com.microsoft`) are named as such, with the
+/// fix (a QDQ export).
 #[test]
-fn a_shape_subgraph_without_the_preparation_step() {
+fn onnxruntime_only_operators_are_named_with_the_fix() {
     assert_contains(
-        &compile_error("onnx-shape-subgraph"),
+        &compile_error("onnx-contrib-op"),
         &[
-            "model `reshaper` (`package.metadata.relax.models.reshaper.source`)",
-            "TVM's ONNX importer failed on operator Reshape",
+            "model `fused` (`package.metadata.relax.models.fused.source`)",
+            "FusedConv x2 (node(s) fused_1, fused_2, an onnxruntime-only contrib operator)",
+            "QuickGelu x1 (node(s) gelu, an onnxruntime-only contrib operator)",
+            "exist only in onnxruntime",
+            "QuantFormat.QDQ",
+        ],
+    );
+}
+
+/// A TopK whose k is computed from constants, with the preparation step off: TVM's
+/// importer fails (it needs k as a constant, which the step folds), and the error says
+/// to turn the step on.
+#[test]
+fn a_computed_k_without_the_preparation_step() {
+    assert_contains(
+        &compile_error("onnx-topk-unprepared"),
+        &[
+            "model `ranker` (`package.metadata.relax.models.ranker.source`)",
+            "TVM's ONNX importer failed on operator TopK",
             "turn the ONNX preparation step back on",
         ],
     );

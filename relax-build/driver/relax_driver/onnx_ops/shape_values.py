@@ -65,22 +65,23 @@ class Slice(onnx_frontend.Slice):
 
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
-        inputs = [inputs[0], *(onnx_frontend.get_constant(value, params) for value in inputs[1:])]
-        data = shape_literal(inputs[0])
+        # (TVM's converter reads the optional axes and steps by position.)
+        inputs = [*inputs] + [None] * (5 - len(inputs))
+        values = [inputs[0], *(onnx_frontend.get_constant(value, params) for value in inputs[1:])]
+        data = shape_literal(values[0])
         if data is not None:
-            starts, ends = constant_ints(inputs[1]), constant_ints(inputs[2])
-            axes = constant_ints(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else [0]
-            steps = constant_ints(inputs[4]) if len(inputs) > 4 and inputs[4] is not None else [1]
-            known = all(values is not None and len(values) == 1 for values in (starts, ends, axes, steps))
+            starts, ends = constant_ints(values[1]), constant_ints(values[2])
+            axes = constant_ints(values[3]) if values[3] is not None else [0]
+            steps = constant_ints(values[4]) if values[4] is not None else [1]
+            known = all(part is not None and len(part) == 1 for part in (starts, ends, axes, steps))
             if known and axes[0] in (0, -1):
-                values = list(data.values)[slice(starts[0], ends[0], steps[0])]
-                if all(isinstance(value, tirx.IntImm) for value in values):
-                    return relax.const([int(value) for value in values], "int64")
-                return relax.ShapeExpr(values)
+                sliced = list(data.values)[slice(starts[0], ends[0], steps[0])]
+                if all(isinstance(value, tirx.IntImm) for value in sliced):
+                    return relax.const([int(value) for value in sliced], "int64")
+                return relax.ShapeExpr(sliced)
         if is_shape(inputs[0]):
-            # A shape known only at run time: sliced as an int64 tensor (TVM's converter
-            # reads the optional axes and steps by position).
-            inputs = [bb.emit(as_tensor(inputs[0])), *inputs[1:]] + [None] * (5 - len(inputs))
+            # A shape known only at run time: sliced as an int64 tensor.
+            inputs = [bb.emit(as_tensor(inputs[0])), *inputs[1:]]
         return super()._impl_v13(bb, inputs, attr, params)
 
 
