@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Sets up what the tests need on a fresh machine, then runs every check and test.
+# `--full` also runs the slow tests (marked #[ignore] with the reason "slow"), which CI
+# leaves out to stay within 45 minutes.
 #
 # Needs: the Rust toolchain (cargo, rustfmt, clippy) and python3 with venv and pip;
 # installs the aarch64 cross toolchain, qemu-user and the Rust target when missing.
@@ -7,6 +9,10 @@
 # ~/.cache/relax-cargo/toolchains, about a minute), as it would for a user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ignored=()
+if [[ "${1:-}" == "--full" ]]; then
+  ignored=(-- --include-ignored)
+fi
 
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
   echo "python3 with venv and ensurepip is needed; installing Debian's python3-venv" >&2
@@ -32,7 +38,10 @@ DOCS_RS=1 RUSTDOCFLAGS="-D warnings" RELAX_PYTHON=/nonexistent/python cargo doc 
 # `cargo run --release -p relax-bench`; tests/bench_outputs.rs checks its models' outputs).
 cargo run --release -p relax-bench -- --quick
 cargo run --release -p relax-bench --bin soak -- --quick
-cargo test --workspace --no-fail-fast
+cargo test --workspace --no-fail-fast "${ignored[@]}"
+# The torch-digits example is a workspace of its own (it installs torch): checked here.
+cargo fmt --manifest-path examples/torch-digits/Cargo.toml -- --check
+cargo clippy --manifest-path examples/torch-digits/Cargo.toml --all-targets -- -D warnings
 cargo test -p relax-runtime --features half,ndarray
 # relax-runtime's own tests (its kernels against naive loops: Winograd, panels,
 # convolutions...) on aarch64 too, where the kernels take their portable paths, under qemu.

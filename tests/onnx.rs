@@ -243,10 +243,11 @@ fn models_shaped_like_real_exports_match_onnxruntime_at_several_sizes() {
     }
 }
 
-/// The families of ONNX's generated node tests that need the driver's own converters
-/// (recurrent layers, control flow, quantized operators, attention, normalizations,
-/// Resize), written by relax-conformance/node_suite.py; the whole suite is
-/// `node_suite.py DIR` then `relax-conformance --expect relax-conformance/node-expected-pass.txt DIR`.
+/// A sample of the families of ONNX's generated node tests that the driver's own
+/// converters serve (recurrent layers, control flow, quantized operators, attention,
+/// rotary embeddings), written by relax-conformance/node_suite.py: each case is a build
+/// of a few seconds, so CI runs these 44; `node-expected-pass.txt` lists the passing
+/// cases of the families run so far, and docs/onnx.md has the whole suite's command.
 const NODE_FAMILIES: &[&str] = &[
     "test_lstm_",
     "test_gru_",
@@ -259,11 +260,8 @@ const NODE_FAMILIES: &[&str] = &[
     "test_matmulinteger",
     "test_qlinearconv",
     "test_qlinearmatmul_",
-    "test_resize_",
-    "test_attention_",
-    "test_rms_normalization_",
-    "test_rotary_embedding",
-    "test_layer_normalization_",
+    "test_attention_3d_causal",
+    "test_rotary_embedding_3d",
 ];
 
 #[test]

@@ -22,7 +22,7 @@
 //! started); the tiles of a segment sum a pass of channel blocks (as many as keep their
 //! weights in the level-1 cache) into the output and resume from there.
 
-use super::conv::{Conv2d, Operands, PerFilter};
+use super::conv_operands::{Conv2d, Operands, PerFilter};
 use super::epilogue::Epilogue;
 use super::panels::PANEL;
 use super::parallel::{chunk, for_each_unit, Executor, Shared, INLINE_WORK};

@@ -23,7 +23,7 @@
 //! the input and of the output) going through memory.
 
 use super::blocked::{ImageTiles, Source, WeightStrides, BLOCK, SEGMENT};
-use super::conv::{Conv2d, Operands};
+use super::conv_operands::{Conv2d, Operands};
 use super::epilogue::{add, Epilogue};
 use super::panels::PANEL;
 use super::parallel::{for_each_unit, Executor, Shared, INLINE_WORK};

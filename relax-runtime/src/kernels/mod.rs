@@ -38,6 +38,7 @@ mod blocked;
 mod blocked_winograd;
 mod caches;
 mod conv;
+mod conv_operands;
 mod depthwise;
 mod edges;
 mod epilogue;

@@ -50,3 +50,16 @@ def constant_value(expr, params):
 def normalized_axes(axes, rank):
     """ONNX axes (negative from the end) as sorted non-negative ints."""
     return sorted(axis + rank if axis < 0 else axis for axis in axes)
+
+
+def shape_of_tensor(bb, values, names):
+    """An int64 tensor of `len(names)` dims, known at run time, as a shape variable whose
+    dims are new symbolic variables named `names` (checked by a match_cast). The variable
+    itself is what operators take (a shape expression of the symbolic variables alone
+    would leave the cast unused, and dead code elimination would drop it before the dims
+    are computed)."""
+    from tvm import tirx
+
+    values = bb.match_cast(values, relax.TensorType([len(names)], "int64"))
+    shape = bb.emit(relax.op.tensor_to_shape(values))
+    return bb.match_cast(shape, relax.ShapeType([tirx.Var(name, "int64") for name in names]))

@@ -20,6 +20,8 @@ from tvm import relax, tirx
 from tvm.ir import GenericConst
 from tvm.relax.frontend.onnx import onnx_frontend
 
+from .common import shape_of_tensor
+
 
 def is_shape(expr):
     return isinstance(expr, relax.Expr) and isinstance(expr.ty, relax.ShapeType)
@@ -120,8 +122,7 @@ class Reshape(onnx_frontend.Reshape):
         known = relax.op.prod(relax.op.where(unknown, int64(1), target))
         left = relax.op.floor_divide(relax.op.prod(data_dims), known)
         target = bb.emit(relax.op.where(unknown, left, target))
-        shape = onnx_frontend._tensor_to_shape_expr(bb, target, length, "reshape_dim")
-        return relax.op.reshape(data, shape)
+        return relax.op.reshape(data, shape_of_tensor(bb, target, [f"reshape_dim_{i}" for i in range(length)]))
 
 
 CONVERTERS = {"Equal": Equal, "Reshape": Reshape, "Slice": Slice}
