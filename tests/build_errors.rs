@@ -5,27 +5,7 @@
 //! in-process with `relax_build::Config::try_compile`, as a build script would; a few
 //! are built with `cargo build`, end to end.
 
-use relax_build::Config;
-use relax_cargo_tests::{cargo, fixture, stderr, HOST};
-
-/// Compiles a fixture's models as its build script would, and returns the error.
-fn compile_error(case: &str) -> String {
-    let out = tempfile::tempdir().unwrap();
-    let result = Config::new()
-        .cargo_directives(false)
-        .manifest_dir(fixture("errors").join(case))
-        .out_dir(out.path())
-        .target(HOST)
-        .host(HOST)
-        .try_compile();
-    match result {
-        Ok(models) => panic!(
-            "the {case} fixture compiled ({} models), but it must fail",
-            models.len()
-        ),
-        Err(error) => error.to_string(),
-    }
-}
+use relax_cargo_tests::{assert_contains, cargo, compile_error, fixture, stderr};
 
 /// `cargo build` of a fixture, which must fail; its stderr.
 fn build_error(case: &str, env: &[(&str, &str)]) -> String {
@@ -35,15 +15,6 @@ fn build_error(case: &str, env: &[(&str, &str)]) -> String {
         "the {case} fixture built, but it must fail"
     );
     stderr(&output)
-}
-
-fn assert_contains(message: &str, expected: &[&str]) {
-    for part in expected {
-        assert!(
-            message.contains(part),
-            "expected {part:?} in the build error:\n{message}"
-        );
-    }
 }
 
 #[test]

@@ -5,10 +5,9 @@
 
 use std::path::PathBuf;
 
-use relax_build::Config;
 use relax_cargo_tests::{
-    assert_success, assert_tensors_close, cargo, cargo_relax, fixture, json_file, python,
-    run_fixture, run_under_qemu, stdout, workspace_root, CROSS_TARGET, HOST,
+    assert_contains, assert_success, assert_tensors_close, cargo, cargo_relax, compile_error,
+    fixture, json_file, python, run_fixture, run_under_qemu, stdout, workspace_root, CROSS_TARGET,
 };
 use serde_json::{json, Value};
 
@@ -50,31 +49,6 @@ fn torch_modules_and_a_program_match_eager_pytorch_at_two_sizes() {
         for model in ["cnn", "encoder", "program"] {
             assert_tensors_close(model, &ours[model], &reference[model], 1e-5);
         }
-    }
-}
-
-/// Compiles an error fixture's models as its build script would, and returns the error.
-fn compile_error(case: &str) -> String {
-    let out = tempfile::tempdir().unwrap();
-    let result = Config::new()
-        .cargo_directives(false)
-        .manifest_dir(fixture("errors").join(case))
-        .out_dir(out.path())
-        .target(HOST)
-        .host(HOST)
-        .try_compile();
-    match result {
-        Ok(_) => panic!("the {case} fixture compiled, but it must fail"),
-        Err(error) => error.to_string(),
-    }
-}
-
-fn assert_contains(message: &str, expected: &[&str]) {
-    for part in expected {
-        assert!(
-            message.contains(part),
-            "expected {part:?} in the build error:\n{message}"
-        );
     }
 }
 

@@ -383,30 +383,14 @@ impl Toolchain {
                 ),
             });
         }
-        let lock_path = managed.with_file_name(format!(
-            "{}.torch.lock",
-            managed.file_name().unwrap_or_default().to_string_lossy()
-        ));
-        let _lock = LockFile::acquire(&lock_path, || {
-            cargo.warning(&format!(
-                "relax-build: another build is installing torch; waiting for {}",
-                lock_path.display()
-            ))
-        })?;
+        let _lock = lock_beside(cargo, &managed, "torch.lock", "installing torch")?;
         cargo.warning(&format!(
             "relax-build: model `{model}` is a PyTorch source: installing torch=={TORCH_VERSION} into the \
              managed toolchain (one time; about 6 GB with its CUDA libraries, a minute or two)"
         ));
-        run(
-            Command::new(&self.python).args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "--quiet",
-                &format!("torch=={TORCH_VERSION}"),
-            ]),
+        pip_install(
+            &self.python,
+            &[format!("torch=={TORCH_VERSION}")],
             "pip install of torch",
         )?;
         cargo.warning("relax-build: torch is installed");
@@ -422,16 +406,7 @@ fn provision(cargo: Cargo, dir: &Path) -> Result<()> {
     }
     let parent = dir.parent().expect("the toolchain dir has a parent");
     std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
-    let lock_path = parent.join(format!(
-        "{}.lock",
-        dir.file_name().unwrap_or_default().to_string_lossy()
-    ));
-    let _lock = LockFile::acquire(&lock_path, || {
-        cargo.warning(&format!(
-            "relax-build: another build is provisioning the TVM toolchain; waiting for {}",
-            lock_path.display()
-        ))
-    })?;
+    let _lock = lock_beside(cargo, dir, "lock", "provisioning the TVM toolchain")?;
     if is_complete(dir) {
         return Ok(());
     }
@@ -464,8 +439,35 @@ fn provision(cargo: Cargo, dir: &Path) -> Result<()> {
         "relax-build: installing {} with pip",
         requirements.join(" ")
     ));
+    pip_install(
+        &managed_python(dir),
+        &requirements,
+        "pip install of the pinned TVM",
+    )?;
+    std::fs::write(&marker, marker_text()).map_err(io(format!("writing {}", marker.display())))?;
+    cargo.warning("relax-build: the managed TVM toolchain is ready");
+    Ok(())
+}
+
+/// Takes the file lock `<dir>.<suffix>` beside `dir`, saying that another build is
+/// `doing` while it waits.
+fn lock_beside(cargo: Cargo, dir: &Path, suffix: &str, doing: &str) -> Result<LockFile> {
+    let lock_path = dir.with_file_name(format!(
+        "{}.{suffix}",
+        dir.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    LockFile::acquire(&lock_path, || {
+        cargo.warning(&format!(
+            "relax-build: another build is {doing}; waiting for {}",
+            lock_path.display()
+        ))
+    })
+}
+
+/// `python -m pip install packages`, quietly; `what` names it in an error.
+fn pip_install(python: &Path, packages: &[String], what: &str) -> Result<()> {
     run(
-        Command::new(managed_python(dir))
+        Command::new(python)
             .args([
                 "-m",
                 "pip",
@@ -474,12 +476,9 @@ fn provision(cargo: Cargo, dir: &Path) -> Result<()> {
                 "--no-input",
                 "--quiet",
             ])
-            .args(&requirements),
-        "pip install of the pinned TVM",
-    )?;
-    std::fs::write(&marker, marker_text()).map_err(io(format!("writing {}", marker.display())))?;
-    cargo.warning("relax-build: the managed TVM toolchain is ready");
-    Ok(())
+            .args(packages),
+        what,
+    )
 }
 
 /// Runs a command, turning a failure into an error with the tail of its stderr.

@@ -463,3 +463,33 @@ pub fn line_after<'a>(output: &'a str, prefix: &str) -> &'a str {
         .find_map(|line| line.strip_prefix(prefix))
         .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{output}"))
 }
+
+/// Compiles a fixture of `fixtures/errors/` as its build script would (in-process), and
+/// returns the error.
+pub fn compile_error(case: &str) -> String {
+    let out = tempfile::tempdir().unwrap();
+    let result = relax_build::Config::new()
+        .cargo_directives(false)
+        .manifest_dir(fixture("errors").join(case))
+        .out_dir(out.path())
+        .target(HOST)
+        .host(HOST)
+        .try_compile();
+    match result {
+        Ok(models) => panic!(
+            "the {case} fixture compiled ({} models), but it must fail",
+            models.len()
+        ),
+        Err(error) => error.to_string(),
+    }
+}
+
+/// Asserts that a build error contains each of `expected`.
+pub fn assert_contains(message: &str, expected: &[&str]) {
+    for part in expected {
+        assert!(
+            message.contains(part),
+            "expected {part:?} in the build error:\n{message}"
+        );
+    }
+}
