@@ -24,7 +24,10 @@
 //!
 //! A TVMScript source declares no inputs: functions, argument names, shapes and dtypes
 //! come from the IRModule itself. An `.onnx` source is imported with TVM's ONNX
-//! importer; its function is `main`.
+//! importer; its function is `main`. A PyTorch source (a `.py` whose entry is a
+//! `torch.nn.Module`, exported with `torch.export` from `inputs.forward`, or a `.pt2`
+//! program) is imported with `from_exported_program`; its function is `forward`, and
+//! torch is installed into the managed toolchain the first time one is built.
 //!
 //! 2. Compile the models from `build.rs`:
 //!

@@ -11,10 +11,10 @@
 //! python = ".venv/bin/python"              # the interpreter to compile with (after RELAX_PYTHON)
 //!
 //! [package.metadata.relax.models.digits]
-//! source = "models/digits.py"              # .py (nn module, TVMScript, function) or .onnx
+//! source = "models/digits.py"              # .py (nn module, TVMScript, function, torch module), .onnx or .pt2
 //! entry = "DigitsMLP"                      # .py only: the attribute to compile
 //! weights = "models/digits.safetensors"    # .py: parameter values by name (a path or a fetched file);
-//!                                          # .onnx: "embed" or "external" (default: by size)
+//!                                          # .onnx, .pt2: "embed" or "external" (default: by size)
 //! include = ["models/layers"]              # files/folders the source imports
 //! tune = { trials = 32 }                   # meta-schedule trials per task for `cargo relax tune`
 //! pipeline = "cpu"                         # any package default, per model
