@@ -80,6 +80,30 @@ fn a_failed_export_names_the_inputs_key_and_what_torch_said() {
 }
 
 #[test]
+fn argument_names_other_than_forwards_are_refused_on_the_inputs_key() {
+    assert_contains(
+        &compile_error("torch-input-names"),
+        &[
+            "model `cnn` (`package.metadata.relax.models.cnn.inputs.forward`)",
+            "are (image), but the manifest declares (picture)",
+            "name the arguments as `forward` does",
+        ],
+    );
+}
+
+#[test]
+fn a_truncated_program_file_is_refused_on_the_source_key() {
+    assert_contains(
+        &compile_error("torch-not-a-program"),
+        &[
+            "model `program` (`package.metadata.relax.models.program.source`)",
+            "truncated.pt2 is not a torch.export program",
+            "save the program again with torch.export.save",
+        ],
+    );
+}
+
+#[test]
 fn every_unsupported_aten_operator_is_named_in_one_error() {
     assert_contains(
         &compile_error("torch-unsupported-ops"),

@@ -336,6 +336,11 @@ pub fn describe_failure(model: &Model, target: &CompileTarget<'_>, failure: Fail
             format!("{message}; set onnx_prepare = false to import the graph as it is"),
             detail,
         ),
+        FailureKind::InputsContradiction if model.needs_torch => (
+            Some(model.key("inputs.forward")),
+            format!("{message}; name the arguments as `forward` does, in its order"),
+            detail,
+        ),
         FailureKind::InputsContradiction => (
             Some(model.key("inputs.main")),
             format!("{message}; make the spec agree with the graph (or remove it to use the graph's own)"),

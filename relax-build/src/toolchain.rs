@@ -517,6 +517,38 @@ mod tests {
         assert_eq!(search_path(&path, "python4"), None);
     }
 
+    /// A Python of the user's (not the managed toolchain) without torch is an error with
+    /// the pip command, never an install into it.
+    #[test]
+    fn a_users_python_without_torch_names_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python");
+        std::fs::write(&python, "#!/bin/sh\necho False\n").unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let toolchain = Toolchain {
+            python: python.clone(),
+            tvm_version: TVM_VERSION.to_string(),
+            runtime_library_dirs: Vec::new(),
+            build_hash: String::new(),
+            origin: "RELAX_PYTHON".to_string(),
+            allow_other_version: false,
+        };
+        let error = toolchain
+            .ensure_torch(Cargo::TOOL, "net")
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "model `net` is a PyTorch source",
+            &format!("({}, from RELAX_PYTHON) has no torch", python.display()),
+            &format!("-m pip install torch=={TORCH_VERSION}"),
+            "unset RELAX_PYTHON",
+        ] {
+            assert!(error.contains(part), "{part:?} in: {error}");
+        }
+    }
+
     #[test]
     fn a_bare_python_name_not_on_path_says_so() {
         let probes = tempfile::tempdir().unwrap();

@@ -291,3 +291,35 @@ fn unknown_codes_are_refused() {
         .unwrap_err()
         .contains("code 11"));
 }
+
+#[test]
+fn tensors_of_other_shapes_are_named_with_the_shape_expected() {
+    let lstm = layer(Kind::Lstm, Direction::Forward);
+    let sizes = Sizes {
+        steps: 2,
+        batch: 1,
+        hidden: 3,
+    };
+    // check_shapes reads only the shapes.
+    let mut nothing = [0f32; 1];
+    let data = nothing.as_mut_ptr();
+    let view = |shape: &'static [i64]| View { data, shape };
+    let inputs = [
+        view(&[1, 2, 1, 12]),
+        view(&[1, 12, 3]),
+        view(&[1, 12]),
+        view(&[1, 8]),
+        view(&[0]),
+        view(&[1, 1, 3]),
+        view(&[1, 1, 3]),
+    ];
+    let (y, state) = (view(&[2, 1, 1, 3]), view(&[1, 1, 3]));
+    let error = check_shapes(&lstm, sizes, &inputs, [&y, &state, &state]).unwrap_err();
+    assert!(
+        error.starts_with("p has shape [1, 8], expected [1, 9]"),
+        "{error}"
+    );
+    let mut fixed = inputs;
+    fixed[3] = view(&[1, 9]);
+    check_shapes(&lstm, sizes, &fixed, [&y, &state, &state]).unwrap();
+}
