@@ -1,7 +1,5 @@
 #!/usr/bin/env bash
 # Sets up what the tests need on a fresh machine, then runs every check and test.
-# `--full` also runs the slow tests (marked #[ignore] with the reason "slow"), which CI
-# leaves out to stay within 45 minutes.
 #
 # Needs: the Rust toolchain (cargo, rustfmt, clippy) and python3 with venv and pip;
 # installs the aarch64 cross toolchain, qemu-user and the Rust target when missing.
@@ -9,10 +7,6 @@
 # ~/.cache/relax-cargo/toolchains, about a minute), as it would for a user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ignored=()
-if [[ "${1:-}" == "--full" ]]; then
-  ignored=(-- --include-ignored)
-fi
 
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
   echo "python3 with venv and ensurepip is needed; installing Debian's python3-venv" >&2
@@ -38,7 +32,7 @@ DOCS_RS=1 RUSTDOCFLAGS="-D warnings" RELAX_PYTHON=/nonexistent/python cargo doc 
 # `cargo run --release -p relax-bench`; tests/bench_outputs.rs checks its models' outputs).
 cargo run --release -p relax-bench -- --quick
 cargo run --release -p relax-bench --bin soak -- --quick
-cargo test --workspace --no-fail-fast "${ignored[@]}"
+cargo test --workspace --no-fail-fast
 # The torch-digits example is a workspace of its own (it installs torch): checked here.
 cargo fmt --manifest-path examples/torch-digits/Cargo.toml -- --check
 cargo clippy --manifest-path examples/torch-digits/Cargo.toml --all-targets -- -D warnings
