@@ -28,10 +28,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = cnn::Model::load()?;
     if arguments.get(1).map(String::as_str) == Some("--json") {
         let count: usize = arguments.get(2).ok_or("--json needs a count")?.parse()?;
+        if count > labels.len() {
+            return Err(
+                format!("--json {count}: there are {} held-out digits", labels.len()).into(),
+            );
+        }
         let batch = Tensor::from_slice(&images[..count * 64], &[count, 1, 8, 8])?;
         let probabilities = model.forward(&batch)?;
-        let data: Vec<String> = probabilities.as_slice::<f32>()?.iter().map(f32::to_string).collect();
-        println!(r#"{{"shape": [{count}, 10], "data": [{}]}}"#, data.join(", "));
+        let data: Vec<String> = probabilities
+            .as_slice::<f32>()?
+            .iter()
+            .map(f32::to_string)
+            .collect();
+        println!(
+            r#"{{"shape": [{count}, 10], "data": [{}]}}"#,
+            data.join(", ")
+        );
         return Ok(());
     }
     let batch = Tensor::from_slice(&images, &[labels.len(), 1, 8, 8])?;
