@@ -7,9 +7,9 @@ use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{WinogradTile, PANEL};
 use crate::signature::{format_dims, Dim, ModelSignature, WeightLayout};
 use crate::tensor::Tensor;
+use relax_kernels::weights::{WinogradTile, PANEL};
 
 /// Reads every weight the model's functions take from safetensors bytes, checking
 /// dtype and shape against the compiled signature; returns, per function, its weights
@@ -127,7 +127,7 @@ fn fits(shape: &[i64], dims: &[Dim]) -> bool {
 fn winograd(shape: &[usize], data: &[u8], tile: WinogradTile) -> Result<Tensor> {
     let (filters, channels) = (shape[0], shape[1]);
     let kernels = floats(data);
-    let transformed = crate::kernels::winograd_weights(&kernels, filters, channels, tile);
+    let transformed = relax_kernels::weights::winograd(&kernels, filters, channels, tile);
     Tensor::from_slice(&transformed, &[tile.values(), channels, filters])
 }
 
@@ -137,7 +137,7 @@ fn winograd(shape: &[usize], data: &[u8], tile: WinogradTile) -> Result<Tensor> 
 fn blocked_winograd(shape: &[usize], data: &[u8], tile: WinogradTile) -> Result<Tensor> {
     let (filters, channels) = (shape[0], shape[1]);
     let transformed =
-        crate::kernels::blocked_winograd_weights(&floats(data), filters, channels, tile);
+        relax_kernels::weights::blocked_winograd(&floats(data), filters, channels, tile);
     Tensor::from_slice(
         &transformed,
         &[tile.values(), filters.div_ceil(PANEL), channels, PANEL],
@@ -154,7 +154,7 @@ fn floats(data: &[u8]) -> Vec<f32> {
 /// A float32 weight packed in the kernels' panels, `[ceil(N / 64), K.., 64]`: a matrix
 /// stored `[K, N]` (`Panels`) or `[N, K]` (`TransposedPanels`), for the dense kernel; or a
 /// convolution kernel stored `[out, in, kh, kw]` (`FilterPanels`: N = out, and K's dims
-/// `in, kh, kw` kept), for `kernels::filter_panels`.
+/// `in, kh, kw` kept), for relax-kernels' filter panels.
 fn panels(shape: &[usize], data: &[u8], layout: WeightLayout) -> Result<Tensor> {
     let values = floats(data);
     // N, and the dims of K as the packed weight keeps them.
@@ -163,7 +163,7 @@ fn panels(shape: &[usize], data: &[u8], layout: WeightLayout) -> Result<Tensor> 
         _ => (shape[0], &shape[1..]),
     };
     let depth = depth_dims.iter().product::<usize>();
-    let packed = crate::kernels::pack_panels(depth, columns, |k, n| match layout {
+    let packed = relax_kernels::weights::pack_panels(depth, columns, |k, n| match layout {
         WeightLayout::Panels => values[k * columns + n],
         _ => values[n * depth + k],
     });
@@ -306,7 +306,7 @@ mod tests {
             assert_eq!(weights[0][0].shape(), [tile.values() as i64, 1, 2]);
             assert_eq!(
                 weights[0][0].as_slice::<f32>().unwrap(),
-                crate::kernels::winograd_weights(&values, 2, 1, tile)
+                relax_kernels::weights::winograd(&values, 2, 1, tile)
             );
         }
     }
@@ -350,7 +350,7 @@ mod tests {
             let transformed = weights[0][0].as_slice::<f32>().unwrap();
             // U[ξ] of filter f at ξ * 64 + f, as winograd's `[values, in, out]` has it at
             // ξ * 2 + f.
-            let plain = crate::kernels::winograd_weights(&values, 2, 1, tile);
+            let plain = relax_kernels::weights::winograd(&values, 2, 1, tile);
             for xi in 0..count {
                 assert_eq!(
                     transformed[xi * 64..xi * 64 + 3],

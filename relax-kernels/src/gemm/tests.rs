@@ -1,10 +1,10 @@
 //! The kernels against naive loops, split over three OS threads (as TVM's pool would).
 
 use super::*;
-use crate::kernels::parallel::three_threads;
+use crate::parallel::three_threads;
 
 fn values(count: usize, seed: u64) -> Vec<f32> {
-    crate::kernels::parallel::test_values(count, seed, 1.0)
+    crate::parallel::test_values(count, seed, 1.0)
 }
 
 fn assert_close(actual: &[f32], expected: &[f32], what: &str) {

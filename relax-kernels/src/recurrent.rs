@@ -19,7 +19,7 @@
 
 use std::sync::Mutex;
 
-use super::parallel::{parallel_for, Executor};
+use super::parallel::Launch;
 use super::simd::multiversion;
 use super::tensor::{Arguments, View};
 
@@ -236,13 +236,13 @@ multiversion! {
     }
 }
 
-/// Runs the layer, splitting its sequences over `executor`'s tasks.
+/// Runs the layer, splitting its sequences over `launch`'s tasks.
 pub(crate) fn run(
     layer: &Layer,
     sizes: Sizes,
     inputs: &Inputs<'_>,
     outputs: Outputs<'_>,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     let Sizes {
         steps,
@@ -253,7 +253,7 @@ pub(crate) fn run(
     let units = directions * batch;
     let results: Vec<Mutex<Option<Sequence>>> = (0..units).map(|_| Mutex::new(None)).collect();
     let work = steps * units * layer.kind.gates() * hidden * hidden;
-    executor(work < 1 << 16, &|task, tasks| {
+    launch(work < 1 << 16, &|task, tasks| {
         for unit in (task..units).step_by(tasks) {
             let sequence = run_sequence(layer, sizes, inputs, unit / batch, unit % batch);
             *results[unit].lock().unwrap_or_else(|e| e.into_inner()) = Some(sequence);
@@ -440,9 +440,9 @@ pub(crate) fn recurrent(args: &Arguments<'_>) -> Result<(), String> {
     ];
     let [xw, r, rb, p, lengths, h0, c0] = views;
     let [y, y_h, y_c] = [
-        args.tensor(outputs_at, Some(4))?,
-        args.tensor(outputs_at + 1, Some(3))?,
-        args.tensor(outputs_at + 2, Some(3))?,
+        args.output(outputs_at, Some(4))?,
+        args.output(outputs_at + 1, Some(3))?,
+        args.output(outputs_at + 2, Some(3))?,
     ];
     let sizes = Sizes {
         steps: xw.shape[1] as usize,
@@ -488,7 +488,7 @@ pub(crate) fn recurrent(args: &Arguments<'_>) -> Result<(), String> {
         y_h: slice_mut(&y_h),
         y_c: slice_mut(&y_c),
     };
-    run(&layer, sizes, &inputs, outputs, parallel_for)
+    run(&layer, sizes, &inputs, outputs, args.launch)
 }
 
 /// Fails unless the tensors have the shapes the module docs give for `layer` and `sizes`.

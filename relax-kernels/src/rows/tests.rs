@@ -1,10 +1,10 @@
 //! Row kernels against double-precision loops, split over three OS threads.
 
 use super::*;
-use crate::kernels::parallel::three_threads;
+use crate::parallel::three_threads;
 
 fn values(count: usize, seed: u64) -> Vec<f32> {
-    crate::kernels::parallel::test_values(count, seed, 8.0)
+    crate::parallel::test_values(count, seed, 8.0)
 }
 
 fn softmax_reference(row: &[f64]) -> Vec<f64> {
@@ -24,14 +24,8 @@ fn softmax_with_a_broadcast_mask_matches_double_precision() {
     mask[3] = -3.4e38; // a masked position, as exporters write it
     for with_mask in [false, true] {
         let mut out = vec![f32::NAN; rows * width];
-        let view = View {
-            data: x.as_ptr().cast_mut(),
-            shape: &shape,
-        };
-        let mask_view = View {
-            data: mask.as_ptr().cast_mut(),
-            shape: &mask_shape,
-        };
+        let view = View::of(x.as_ptr().cast_mut(), &shape);
+        let mask_view = View::of(mask.as_ptr().cast_mut(), &mask_shape);
         let mask_rows = MaskRows::new(&view, &mask_view).unwrap();
         let mask_arg = with_mask.then_some((mask.as_ptr(), &mask_rows));
         // SAFETY: the buffers have the sizes passed.
@@ -72,15 +66,9 @@ fn softmax_with_a_broadcast_mask_matches_double_precision() {
 #[test]
 fn a_mask_that_does_not_broadcast_is_refused() {
     let x = [0f32; 12];
-    let view = View {
-        data: x.as_ptr().cast_mut(),
-        shape: &[3, 4],
-    };
+    let view = View::of(x.as_ptr().cast_mut(), &[3, 4]);
     for shape in [&[2i64, 4][..], &[3, 1], &[4]] {
-        let mask = View {
-            data: x.as_ptr().cast_mut(),
-            shape,
-        };
+        let mask = View::of(x.as_ptr().cast_mut(), shape);
         assert!(MaskRows::new(&view, &mask).is_none(), "{shape:?}");
     }
 }

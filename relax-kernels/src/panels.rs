@@ -8,14 +8,14 @@
 //! NEON) a portable 4 x 16 tile that the compiler vectorizes for the running CPU.
 
 use super::epilogue::{add, Epilogue};
-use super::parallel::{chunk, Executor, Shared, INLINE_WORK};
+use super::parallel::{chunk, Launch, Shared, INLINE_WORK};
 
 /// Columns per panel.
-pub(crate) const PANEL: usize = 64;
+pub const PANEL: usize = 64;
 
 /// Packs weights into panels: `weight(k, n)` reads element (k, n) of the `k x n` matrix
 /// the layer multiplies by.
-pub(crate) fn pack(k: usize, n: usize, weight: impl Fn(usize, usize) -> f32) -> Vec<f32> {
+pub fn pack(k: usize, n: usize, weight: impl Fn(usize, usize) -> f32) -> Vec<f32> {
     let panels = n.div_ceil(PANEL);
     let mut out = vec![0.0; panels * k * PANEL];
     for panel in 0..panels {
@@ -56,13 +56,13 @@ pub(crate) unsafe fn dense_panels_into(
     panels: *const f32,
     after: After<'_>,
     out: Shared,
-    executor: Executor,
+    launch: Launch,
     avx512: bool,
 ) -> Result<(), String> {
     let count = n.div_ceil(PANEL);
     let (x, panels) = (Shared(x.cast_mut()), Shared(panels.cast_mut()));
     let residual = after.residual.map(|residual| Shared(residual.cast_mut()));
-    executor(m * n * k < INLINE_WORK, &|task, tasks| {
+    launch(m * n * k < INLINE_WORK, &|task, tasks| {
         for panel in chunk(count, tasks, task, 1) {
             let block = Block {
                 m,
@@ -215,7 +215,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{Block, PANEL};
-    use crate::kernels::simd::first_lanes;
+    use crate::simd::first_lanes;
 
     /// Rows per tile: 6 x 4 vector accumulators, plus the panel's 4 vectors and a
     /// broadcast, fit AVX-512's 32 registers.

@@ -2,7 +2,7 @@
 
 use super::epilogue::{add, add_bias_to_rows, Epilogue};
 use super::panels::{dense_panels_into, After, PANEL};
-use super::parallel::{chunk, parallel_for, Executor, Shared, INLINE_WORK};
+use super::parallel::{chunk, Launch, Shared, INLINE_WORK};
 use super::simd::avx512_available;
 use super::tensor::Arguments;
 
@@ -131,12 +131,12 @@ pub(crate) unsafe fn dense_into(
     residual: Option<*const f32>,
     epilogue: Epilogue,
     out: Shared,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     let x = Shared(x.cast_mut());
     let residual = residual.map(|residual| Shared(residual.cast_mut()));
     let by_columns = n >= m;
-    executor(m * n * k < INLINE_WORK, &|task, tasks| {
+    launch(m * n * k < INLINE_WORK, &|task, tasks| {
         let (rows, columns) = if by_columns {
             (0..m, chunk(n, tasks, task, 16))
         } else {
@@ -186,13 +186,13 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Resul
     };
     let rest = if has_bias { 3 } else { 2 };
     let transposed = args.int(rest)? != 0;
-    let epilogue = super::Epilogue::from_code(args.int(rest + 1)?)?;
+    let epilogue = Epilogue::from_code(args.int(rest + 1)?)?;
     let residual = if has_residual {
         Some(args.tensor(rest + 2, Some(x.shape.len()))?)
     } else {
         None
     };
-    let out = args.tensor(rest + 2 + usize::from(has_residual), Some(x.shape.len()))?;
+    let out = args.output(rest + 2 + usize::from(has_residual), Some(x.shape.len()))?;
     if x.shape.is_empty() {
         return Err(format!("{name}: x is a scalar"));
     }
@@ -251,7 +251,7 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Resul
                 w.data,
                 after,
                 Shared(out.data),
-                parallel_for,
+                args.launch,
                 avx512_available(),
             )
         };
@@ -269,7 +269,7 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Resul
             residual,
             epilogue,
             Shared(out.data),
-            parallel_for,
+            args.launch,
         )
     }
 }
@@ -304,7 +304,7 @@ pub(crate) fn batch_matmul(args: &Arguments<'_>) -> Result<(), String> {
     let b = args.tensor(1, None)?;
     let transposed = args.int(2)? != 0;
     let alpha = args.float(3)? as f32;
-    let out = args.tensor(4, Some(a.shape.len()))?;
+    let out = args.output(4, Some(a.shape.len()))?;
     let fits = a.shape.len() >= 2
         && (b.shape.len() == 2 || b.shape.len() == a.shape.len())
         && (b.shape.len() == 2 || a.shape[..a.shape.len() - 2] == b.shape[..b.shape.len() - 2]);
@@ -344,7 +344,7 @@ pub(crate) fn batch_matmul(args: &Arguments<'_>) -> Result<(), String> {
             (b.data, b_step, transposed),
             alpha,
             Shared(out.data),
-            parallel_for,
+            args.launch,
         )
     }
 }
@@ -365,12 +365,12 @@ pub(crate) unsafe fn batch_matmul_into(
     b: (*mut f32, usize, bool),
     alpha: f32,
     out: Shared,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     let a = Shared(a.cast_mut());
     let (b_data, b_step, transposed) = b;
     let b_data = Shared(b_data);
-    executor(batch * m * n * k < INLINE_WORK, &|task, tasks| {
+    launch(batch * m * n * k < INLINE_WORK, &|task, tasks| {
         let run = |index: usize, rows: std::ops::Range<usize>| {
             let rhs = Rhs::of(b_data.at(index * b_step), k, n, transposed);
             // SAFETY: matrix `index`'s block of rows belongs to this task alone; the

@@ -244,9 +244,9 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::panels::pack;
-    use crate::kernels::parallel::test_values;
-    use crate::kernels::simd::avx512_available;
+    use crate::panels::pack;
+    use crate::parallel::test_values;
+    use crate::simd::avx512_available;
 
     /// Every tile width (1-6 pixels, and the last panel's 1-63 filters), on both paths,
     /// against a naive product over rows wider than the block; nothing outside the

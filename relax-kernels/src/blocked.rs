@@ -25,7 +25,7 @@
 use super::conv_operands::{Conv2d, Operands, PerFilter};
 use super::epilogue::Epilogue;
 use super::panels::PANEL;
-use super::parallel::{chunk, for_each_unit, Executor, Shared, INLINE_WORK};
+use super::parallel::{chunk, for_each_unit, Launch, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
 
 /// Channels per block: one AVX-512 vector of float32.
@@ -135,7 +135,7 @@ pub(crate) unsafe fn blocked_conv(
     input_blocked: bool,
     avx512: bool,
     operands: Operands<'_>,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     let Operands {
         x,
@@ -191,7 +191,7 @@ pub(crate) unsafe fn blocked_conv(
         for image in 0..shape.batch {
             let image_x = Shared(x.at(image * input_image));
             let source = if padded {
-                executor(input_image < INLINE_WORK, &|task, tasks| {
+                launch(input_image < INLINE_WORK, &|task, tasks| {
                     for block in chunk(blocks, tasks, task, 1) {
                         // SAFETY: the image's input, read only; block `block` of the padded
                         // buffer, this task's alone (`chunk` ranges do not overlap).
@@ -232,7 +232,7 @@ pub(crate) unsafe fn blocked_conv(
                 output: (output_height, output_width),
                 avx512,
             };
-            for_each_unit(executor, work < INLINE_WORK, units, &|unit| {
+            for_each_unit(launch, work < INLINE_WORK, units, &|unit| {
                 let (panel, segment) = (unit / segments, unit % segments);
                 let pixels = segment * SEGMENT..((segment + 1) * SEGMENT).min(output_pixels);
                 // SAFETY: the segment of this panel's filters is this unit's, and each unit

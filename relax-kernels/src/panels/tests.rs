@@ -2,8 +2,8 @@
 //! three OS threads.
 
 use super::*;
-use crate::kernels::parallel::{test_values, three_threads};
-use crate::kernels::simd::avx512_available;
+use crate::parallel::{test_values, three_threads};
+use crate::simd::avx512_available;
 
 #[test]
 fn packed_dense_layers_match_naive_loops() {

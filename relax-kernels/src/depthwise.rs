@@ -199,8 +199,8 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{zero_padded, Plane, LANES};
-    use crate::kernels::epilogue::Finish;
-    use crate::kernels::simd::first_lanes;
+    use crate::epilogue::Finish;
+    use crate::simd::first_lanes;
 
     /// [`depthwise_plane`](super::depthwise_plane) with stride 1 or 2, through a
     /// zero-padded copy of the plane, `finish` applied in registers (but a GELU or SiLU,

@@ -1,10 +1,11 @@
 //! Convolutions against naive loops, split over three OS threads.
 
 use super::*;
-use crate::kernels::parallel::three_threads;
+use crate::parallel::three_threads;
+use crate::tensor::Argument;
 
 fn values(count: usize, seed: u64) -> Vec<f32> {
-    crate::kernels::parallel::test_values(count, seed, 1.0)
+    crate::parallel::test_values(count, seed, 1.0)
 }
 
 fn naive(shape: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
@@ -216,12 +217,12 @@ fn convolutions_match_naive_loops() {
             if case.groups == 1 {
                 let depth = case.channels * case.kernel.0 * case.kernel.1;
                 let panels =
-                    crate::kernels::pack_panels(depth, case.filters, |k, f| w[f * depth + k]);
+                    crate::weights::pack_panels(depth, case.filters, |k, f| w[f * depth + k]);
                 algorithms.push((Algorithm::FilterPanels, panels));
             }
             if winograd_fits {
                 for tile in [Tile::Two, Tile::Four] {
-                    let u = crate::kernels::winograd_weights(&w, case.filters, case.channels, tile);
+                    let u = crate::weights::winograd(&w, case.filters, case.channels, tile);
                     algorithms.push((Algorithm::Winograd(tile), u));
                 }
             }
@@ -300,7 +301,7 @@ fn blocked_convolutions_match_naive_loops() {
             case,
             input_blocked,
             0.0,
-            |w| crate::kernels::pack_panels(depth, case.filters, |k, f| w[f * depth + k]),
+            |w| crate::weights::pack_panels(depth, case.filters, |k, f| w[f * depth + k]),
             |avx512| Algorithm::Blocked {
                 input_blocked,
                 avx512,
@@ -359,7 +360,7 @@ fn check_blocked_algorithm(
         }
         epilogue.apply(&mut expected);
         let expected = to_blocked(&expected, case.batch, case.filters, pixels);
-        for avx512 in [false, crate::kernels::simd::avx512_available()] {
+        for avx512 in [false, crate::simd::avx512_available()] {
             let mut out = vec![f32::NAN; expected.len()];
             let algorithm = algorithm(avx512);
             // SAFETY: the buffers have the sizes `case` describes.
@@ -409,7 +410,7 @@ fn blocked_winograd_convolutions_match_naive_loops() {
         .iter()
         .flat_map(|case| [(case, Tile::Two), (case, Tile::Four)])
     {
-        assert!(crate::kernels::blocked_winograd::computes(case));
+        assert!(crate::blocked_winograd::computes(case));
         // F(4x4, 3x3)'s transforms round more: as winograd's tests allow, growing with
         // the square root of the terms summed.
         let rounding = match tile {
@@ -420,14 +421,7 @@ fn blocked_winograd_convolutions_match_naive_loops() {
             case,
             true,
             rounding,
-            |w| {
-                crate::kernels::blocked_winograd::transform_weights(
-                    w,
-                    case.filters,
-                    case.channels,
-                    tile,
-                )
-            },
+            |w| crate::blocked_winograd::transform_weights(w, case.filters, case.channels, tile),
             |avx512| Algorithm::BlockedWinograd { tile, avx512 },
             &[
                 (false, false, Epilogue::None),
@@ -482,61 +476,22 @@ fn a_kernel_larger_than_the_padded_input_has_no_output() {
     assert_eq!(shape(1, 224, 1, 7, 2, 3, 1, 1).output(), Some((112, 113)));
 }
 
-/// A float32 CPU tensor over `data` with `shape`, as TVM passes it.
-fn dl_tensor(data: &mut [f32], shape: &mut [i64]) -> crate::sys::DLTensor {
-    crate::sys::DLTensor {
-        data: data.as_mut_ptr().cast(),
-        device: crate::sys::DLDevice {
-            device_type: crate::sys::DLDeviceType_kDLCPU,
-            device_id: 0,
-        },
-        ndim: shape.len() as i32,
-        dtype: crate::sys::DLDataType {
-            code: crate::sys::DLDataTypeCode_kDLFloat as u8,
-            bits: 32,
-            lanes: 1,
-        },
-        shape: shape.as_mut_ptr(),
-        strides: std::ptr::null_mut(),
-        byte_offset: 0,
-    }
-}
-
-fn tensor_argument(tensor: &crate::sys::DLTensor) -> crate::sys::TVMFFIAny {
-    crate::sys::TVMFFIAny {
-        type_index: crate::sys::TVMFFITypeIndex_kTVMFFIDLTensorPtr,
-        __bindgen_anon_1: crate::sys::TVMFFIAny__bindgen_ty_1 { zero_padding: 0 },
-        __bindgen_anon_2: crate::sys::TVMFFIAny__bindgen_ty_2 {
-            v_ptr: (tensor as *const crate::sys::DLTensor).cast_mut().cast(),
-        },
-    }
-}
-
-fn int_argument(value: i64) -> crate::sys::TVMFFIAny {
-    crate::sys::TVMFFIAny {
-        type_index: crate::sys::TVMFFITypeIndex_kTVMFFIInt,
-        __bindgen_anon_1: crate::sys::TVMFFIAny__bindgen_ty_1 { zero_padding: 0 },
-        __bindgen_anon_2: crate::sys::TVMFFIAny__bindgen_ty_2 { v_int64: value },
-    }
-}
-
 /// `relax_runtime.conv2d` of a 1x2x6x6 input with 3 filters, stride `stride`, padding
 /// 1 and the kernel `w` of shape `w_shape`.
 fn call_conv2d(w: &mut [f32], w_shape: &mut [i64], stride: i64) -> Result<Vec<f32>, String> {
-    let mut x = values(72, 1);
+    let x = values(72, 1);
     let size = (6 + 2 - 3) / stride + 1;
     let mut out = vec![f32::NAN; 3 * (size * size) as usize];
-    let (mut x_shape, mut out_shape) = ([1i64, 2, 6, 6], [1i64, 3, size, size]);
-    let tensors = [
-        dl_tensor(&mut x, &mut x_shape),
-        dl_tensor(w, w_shape),
-        dl_tensor(&mut out, &mut out_shape),
-    ];
-    let mut args = vec![tensor_argument(&tensors[0]), tensor_argument(&tensors[1])];
+    let (x_shape, out_shape) = ([1i64, 2, 6, 6], [1i64, 3, size, size]);
+    let mut args = vec![Argument::input(&x, &x_shape)?, Argument::input(w, w_shape)?];
     // strides, padding (top, left, bottom, right), dilation, groups, epilogue.
-    args.extend([stride, stride, 1, 1, 1, 1, 1, 1, 1, 0].map(int_argument));
-    args.push(tensor_argument(&tensors[2]));
-    conv2d(&Arguments::new("relax_runtime.conv2d", &args))?;
+    args.extend([stride, stride, 1, 1, 1, 1, 1, 1, 1, 0].map(Argument::int));
+    args.push(Argument::output(&mut out, &out_shape)?);
+    conv2d(&Arguments::new(
+        "relax_runtime.conv2d",
+        &args,
+        three_threads,
+    ))?;
     Ok(out)
 }
 
@@ -549,15 +504,14 @@ fn call_conv2d_shaped(
     groups: i64,
 ) -> Result<Vec<f32>, String> {
     let mut out = vec![f32::NAN; out_shape.iter().product::<i64>() as usize];
-    let tensors = [
-        dl_tensor(x, x_shape),
-        dl_tensor(w, w_shape),
-        dl_tensor(&mut out, out_shape),
-    ];
-    let mut args = vec![tensor_argument(&tensors[0]), tensor_argument(&tensors[1])];
-    args.extend([1, 1, 1, 1, 1, 1, 1, 1, groups, 0].map(int_argument));
-    args.push(tensor_argument(&tensors[2]));
-    conv2d(&Arguments::new("relax_runtime.conv2d", &args))?;
+    let mut args = vec![Argument::input(x, x_shape)?, Argument::input(w, w_shape)?];
+    args.extend([1, 1, 1, 1, 1, 1, 1, 1, groups, 0].map(Argument::int));
+    args.push(Argument::output(&mut out, out_shape)?);
+    conv2d(&Arguments::new(
+        "relax_runtime.conv2d",
+        &args,
+        three_threads,
+    ))?;
     Ok(out)
 }
 
@@ -574,7 +528,7 @@ fn the_kernel_takes_blocked_tensors_and_refuses_what_does_not_fit() {
         1,
     )
     .unwrap();
-    let mut panels = crate::kernels::pack_panels(18, 16, |k, f| w[f * 18 + k]);
+    let mut panels = crate::weights::pack_panels(18, 16, |k, f| w[f * 18 + k]);
     let out = call_conv2d_shaped(
         (&mut x, &mut [1, 2, 6, 6]),
         (&mut panels, &mut [1, 2, 3, 3, 64]),
@@ -597,7 +551,7 @@ fn the_kernel_takes_blocked_tensors_and_refuses_what_does_not_fit() {
     let direct = call_conv2d_shaped(
         (&mut blocked_x.clone(), &mut [1, 1, 6, 6, 16]),
         (
-            &mut crate::kernels::pack_panels(144, 16, |k, f| w16[f * 144 + k]),
+            &mut crate::weights::pack_panels(144, 16, |k, f| w16[f * 144 + k]),
             &mut [1, 16, 3, 3, 64],
         ),
         &mut [1, 1, 6, 6, 16],
@@ -607,7 +561,7 @@ fn the_kernel_takes_blocked_tensors_and_refuses_what_does_not_fit() {
     let out = call_conv2d_shaped(
         (&mut blocked_x.clone(), &mut [1, 1, 6, 6, 16]),
         (
-            &mut crate::kernels::blocked_winograd_weights(&w16, 16, 16, Tile::Two),
+            &mut crate::weights::blocked_winograd(&w16, 16, 16, Tile::Two),
             &mut [16, 1, 16, 64],
         ),
         &mut [1, 1, 6, 6, 16],
@@ -711,7 +665,7 @@ fn the_kernel_takes_winograd_and_filter_panel_forms_and_refuses_other_ones() {
     let w = values(3 * 2 * 9, 2);
     let direct = call_conv2d(&mut w.clone(), &mut [3, 2, 3, 3], 1).unwrap();
     for tile in [Tile::Two, Tile::Four] {
-        let mut u = crate::kernels::winograd_weights(&w, 3, 2, tile);
+        let mut u = crate::weights::winograd(&w, 3, 2, tile);
         let out = call_conv2d(&mut u, &mut [tile.values() as i64, 2, 3], 1).unwrap();
         assert_close(
             &out,
@@ -724,7 +678,7 @@ fn the_kernel_takes_winograd_and_filter_panel_forms_and_refuses_other_ones() {
         error.contains("16 or 36 values per kernel, not 25"),
         "{error}"
     );
-    let mut panels = crate::kernels::pack_panels(18, 3, |k, f| w[f * 18 + k]);
+    let mut panels = crate::weights::pack_panels(18, 3, |k, f| w[f * 18 + k]);
     let out = call_conv2d(&mut panels, &mut [1, 2, 3, 3, 64], 1).unwrap();
     assert_close(
         &out,
@@ -733,7 +687,8 @@ fn the_kernel_takes_winograd_and_filter_panel_forms_and_refuses_other_ones() {
     );
     // Two panels, or panels of 32, for the output's 3 filters.
     for shape in [[2, 2, 3, 3, 64], [1, 2, 3, 3, 32]] {
-        let error = call_conv2d(&mut vec![0.0; 2 * 18 * 64], &mut shape.clone(), 1).unwrap_err();
+        let mut panels = vec![0.0; shape.iter().product::<i64>() as usize];
+        let error = call_conv2d(&mut panels, &mut shape.clone(), 1).unwrap_err();
         assert!(error.contains("shapes do not fit"), "{shape:?}: {error}");
     }
     // Winograd forms are for stride 1 only (the output's shape fits stride 2).

@@ -26,7 +26,7 @@ use super::blocked::{ImageTiles, Source, WeightStrides, BLOCK, SEGMENT};
 use super::conv_operands::{Conv2d, Operands};
 use super::epilogue::{add, Epilogue};
 use super::panels::PANEL;
-use super::parallel::{for_each_unit, Executor, Shared, INLINE_WORK};
+use super::parallel::{for_each_unit, Launch, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
 use super::winograd::{input_transform4, output_transform4, Tile};
 
@@ -54,18 +54,13 @@ pub(crate) fn computes(shape: &Conv2d) -> bool {
 }
 
 /// `U = G g Gᵀ` of every 3x3 kernel of `weights` (`[filters, channels, 3, 3]`) for
-/// `tile`, in the layout [`blocked_winograd`] reads: `[tile.values(), ceil(filters / 64),
+/// `tile`, in the layout the blocked Winograd convolution reads: `[tile.values(), ceil(filters / 64),
 /// channels, 64]`, for each ξ
 /// panels of 64 filters (zeros past the last filter), each channel's 64 contiguous. (With
 /// the filters of a channel a whole row of `[16, channels, filters]` apart instead, the
 /// 512 cache lines of a pass of 128 channels, 1 KiB apart at 256 filters, fell into 16 of
 /// the level-1 cache's 64 sets: the products ran at 45 GFLOP/s.)
-pub(crate) fn transform_weights(
-    weights: &[f32],
-    filters: usize,
-    channels: usize,
-    tile: Tile,
-) -> Vec<f32> {
+pub fn transform_weights(weights: &[f32], filters: usize, channels: usize, tile: Tile) -> Vec<f32> {
     let transformed = super::winograd::transform_weights(weights, filters, channels, tile);
     let panels = filters.div_ceil(PANEL);
     let mut out = vec![0f32; tile.values() * panels * channels * PANEL];
@@ -110,7 +105,7 @@ pub(crate) unsafe fn blocked_winograd(
     tile: Tile,
     avx512: bool,
     operands: Operands<'_>,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     if !computes(shape) {
         return Err(format!(
@@ -199,14 +194,14 @@ pub(crate) unsafe fn blocked_winograd(
             let image_x = Shared(x.at(image * input_image));
             // 1. V, per block of channels and row of tiles.
             let input_units = channel_blocks * plan.tiles.0;
-            for_each_unit(executor, inline, input_units, &|unit| {
+            for_each_unit(launch, inline, input_units, &|unit| {
                 let (block, tile_row) = (unit / plan.tiles.0, unit % plan.tiles.0);
                 // SAFETY: the image's input, read only; this block's values of this tile
                 // row in V, this unit's alone.
                 unsafe { transform_input(shape, &plan, image_x, v, block, tile_row) };
             })?;
             // 2. M[ξ] = V[ξ] U[ξ].
-            for_each_unit(executor, inline, product_units, &|unit| {
+            for_each_unit(launch, inline, product_units, &|unit| {
                 let (xi, unit) = (unit / (panels * segments), unit % (panels * segments));
                 let (panel, segment) = (unit / segments, unit % segments);
                 let pixels = segment * SEGMENT..((segment + 1) * SEGMENT).min(tiles);
@@ -218,7 +213,7 @@ pub(crate) unsafe fn blocked_winograd(
             let image_out = Shared(out.at(image * output_image));
             let image_residual = residual.map(|residual| Shared(residual.at(image * output_image)));
             let output_units = filter_blocks * plan.tiles.0;
-            for_each_unit(executor, inline, output_units, &|unit| {
+            for_each_unit(launch, inline, output_units, &|unit| {
                 let (block, tile_row) = (unit / plan.tiles.0, unit % plan.tiles.0);
                 let finish = Finish {
                     scale: per_filter
@@ -530,7 +525,7 @@ mod tests {
         for tile in [Tile::Two, Tile::Four] {
             let (side, patch_side, values) = (tile.output(), tile.input(), tile.values());
             let (height, width) = (patch_side, side + patch_side - 1);
-            let u = crate::kernels::winograd::transform_weights(&g, 1, 1, tile);
+            let u = crate::winograd::transform_weights(&g, 1, 1, tile);
             let input: Vec<f32> = (0..height * width * BLOCK)
                 .map(|index| (index * 7 + index / BLOCK * 3) as f32 % 5.0 - 2.0)
                 .collect();

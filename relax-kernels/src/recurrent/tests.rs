@@ -5,7 +5,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::*;
-use crate::kernels::parallel::{test_values, three_threads};
+use crate::parallel::{test_values, three_threads};
 
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
@@ -303,7 +303,7 @@ fn tensors_of_other_shapes_are_named_with_the_shape_expected() {
     // check_shapes reads only the shapes.
     let mut nothing = [0f32; 1];
     let data = nothing.as_mut_ptr();
-    let view = |shape: &'static [i64]| View { data, shape };
+    let view = |shape: &'static [i64]| View::of(data, shape);
     let inputs = [
         view(&[1, 2, 1, 12]),
         view(&[1, 12, 3]),

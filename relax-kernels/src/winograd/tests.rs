@@ -1,7 +1,7 @@
 //! Winograd convolutions against a naive 3x3 convolution, split over three OS threads.
 
 use super::*;
-use crate::kernels::parallel::{test_values, three_threads};
+use crate::parallel::{test_values, three_threads};
 
 /// A 3x3, stride-1 convolution by its definition (in f64).
 fn naive(plan: &Plan, x: &[f32], w: &[f32]) -> Vec<f32> {

@@ -16,7 +16,7 @@ use super::epilogue::{Epilogue, Finish};
 use super::filter_panels::{self, multiply_panel, PIXELS_PER_TILE};
 use super::gemm::{gemm_block, Rhs};
 use super::panels::PANEL;
-use super::parallel::{chunk, parallel_for, Executor, Shared, INLINE_WORK};
+use super::parallel::{chunk, Launch, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
 use super::simd::avx512_available;
 use super::strips::{multiply_strips, InRegisters, Product, Then};
@@ -352,21 +352,21 @@ impl Algorithm {
         self,
         shape: &Conv2d,
         operands: Operands<'_>,
-        executor: Executor,
+        launch: Launch,
     ) -> Result<(), String> {
         // SAFETY: the caller's contract.
         unsafe {
             match self {
-                Algorithm::Unfolded => conv2d_into(shape, operands, executor),
-                Algorithm::Depthwise => depthwise_conv(shape, operands, executor),
-                Algorithm::Winograd(tile) => winograd_conv(tile, shape, operands, executor),
-                Algorithm::FilterPanels => filter_panels_conv(shape, operands, executor),
+                Algorithm::Unfolded => conv2d_into(shape, operands, launch),
+                Algorithm::Depthwise => depthwise_conv(shape, operands, launch),
+                Algorithm::Winograd(tile) => winograd_conv(tile, shape, operands, launch),
+                Algorithm::FilterPanels => filter_panels_conv(shape, operands, launch),
                 Algorithm::Blocked {
                     input_blocked,
                     avx512,
-                } => blocked_conv(shape, input_blocked, avx512, operands, executor),
+                } => blocked_conv(shape, input_blocked, avx512, operands, launch),
                 Algorithm::BlockedWinograd { tile, avx512 } => {
-                    blocked_winograd::blocked_winograd(shape, tile, avx512, operands, executor)
+                    blocked_winograd::blocked_winograd(shape, tile, avx512, operands, launch)
                 }
             }
         }
@@ -381,7 +381,7 @@ impl Algorithm {
 pub(crate) unsafe fn conv2d_into(
     shape: &Conv2d,
     operands: Operands<'_>,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     let Operands {
         x,
@@ -418,7 +418,7 @@ pub(crate) unsafe fn conv2d_into(
             for group in 0..groups {
                 let input = Shared(x.at((image * shape.channels + group * channels) * plane));
                 if let Some(phases) = phases {
-                    executor(channels * plane < INLINE_WORK, &|task, tasks| {
+                    launch(channels * plane < INLINE_WORK, &|task, tasks| {
                         let part = chunk(channels, tasks, task, 1);
                         // SAFETY: these channels' input planes, read only, and their phase
                         // planes (as many values), this task's alone.
@@ -471,7 +471,7 @@ pub(crate) unsafe fn conv2d_into(
                     out,
                     out_stride: pixels,
                 };
-                executor(filters * pixels * depth < INLINE_WORK, &|task, tasks| {
+                launch(filters * pixels * depth < INLINE_WORK, &|task, tasks| {
                     let (rows, columns) = if by_pixels {
                         (0..filters, chunk(pixels, tasks, task, pixel_align))
                     } else {
@@ -516,7 +516,7 @@ pub(crate) unsafe fn conv2d_into(
                     let source = unsafe {
                         std::slice::from_raw_parts(input.get().cast_const(), channels * plane)
                     };
-                    // SAFETY: the phase planes the executor call above wrote, read only.
+                    // SAFETY: the phase planes the launch call above wrote, read only.
                     let phases = phases.map(|phases| unsafe {
                         std::slice::from_raw_parts(phases.get().cast_const(), channels * plane)
                     });
@@ -598,7 +598,7 @@ pub(crate) unsafe fn conv2d_into(
 pub(crate) unsafe fn depthwise_conv(
     shape: &Conv2d,
     operands: Operands<'_>,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     let Operands {
         x,
@@ -629,7 +629,7 @@ pub(crate) unsafe fn depthwise_conv(
     let planes = shape.batch * shape.filters;
     let residual = residual.map(|residual| Shared(residual.cast_mut()));
     let (x, w) = (Shared(x.cast_mut()), Shared(w.cast_mut()));
-    executor(
+    launch(
         planes * output_plane * kernel_size < INLINE_WORK,
         &|task, tasks| {
             for index in chunk(planes, tasks, task, 1) {
@@ -670,7 +670,7 @@ pub(crate) unsafe fn winograd_conv(
     tile: Tile,
     shape: &Conv2d,
     operands: Operands<'_>,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     let Operands {
         x,
@@ -706,7 +706,7 @@ pub(crate) unsafe fn winograd_conv(
         finish_of(per_filter, filter, residual, epilogue).apply(values);
     };
     // SAFETY: the caller's contract.
-    unsafe { winograd_into(&plan, x, u, out, &finish, executor) }
+    unsafe { winograd_into(&plan, x, u, out, &finish, launch) }
 }
 
 /// `out = epilogue(conv2d(x, w) * scale + shift + residual)` with `w` packed in filter
@@ -720,7 +720,7 @@ pub(crate) unsafe fn winograd_conv(
 pub(crate) unsafe fn filter_panels_conv(
     shape: &Conv2d,
     operands: Operands<'_>,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     let Operands {
         x,
@@ -752,7 +752,7 @@ pub(crate) unsafe fn filter_panels_conv(
             let (rows, x_stride) = match unfolded {
                 None => (input, plane),
                 Some(unfolded) => {
-                    executor(inline, &|task, tasks| {
+                    launch(inline, &|task, tasks| {
                         let channels = chunk(shape.channels, tasks, task, 1);
                         // SAFETY: the image's input planes of these channels, read only;
                         // their rows of the unfolded input, this task's alone.
@@ -787,7 +787,7 @@ pub(crate) unsafe fn filter_panels_conv(
                 first_filter: 0,
                 epilogue,
             };
-            executor(inline, &|task, tasks| {
+            launch(inline, &|task, tasks| {
                 let operands = filter_panels::Operands {
                     depth,
                     panels: w.get().cast_const(),
@@ -907,7 +907,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     let w = args.tensor(1, None)?;
     // `x` and `out` `[N, C / 16, H, W, 16]`: channel-blocked (see `blocked`); `x` may
     // also be NCHW then (a network's first convolution).
-    let out = args.tensor(first + 10 + usize::from(has_residual), None)?;
+    let out = args.output(first + 10 + usize::from(has_residual), None)?;
     let blocked = out.shape.len() == 5;
     let input_blocked = x.shape.len() == 5;
     if !matches!(x.shape.len(), 4 | 5)
@@ -1109,7 +1109,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
                 epilogue,
                 out: Shared(out.data),
             },
-            parallel_for,
+            args.launch,
         )
     }
 }

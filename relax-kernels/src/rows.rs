@@ -2,7 +2,7 @@
 //! mask, broadcast over the rows) and layer normalization. Each row is one pass to find
 //! its statistics and one to write it, vectorized (see `simd`), rows split over the pool.
 
-use super::parallel::{chunk, parallel_for, Executor, Shared};
+use super::parallel::{chunk, Launch, Shared};
 use super::simd::{self, multiversion};
 use super::tensor::{Arguments, View};
 
@@ -112,11 +112,11 @@ unsafe fn softmax_into(
     x: *const f32,
     mask: Option<(*const f32, &MaskRows)>,
     out: Shared,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     let x = Shared(x.cast_mut());
     let mask = mask.map(|(data, rows)| (Shared(data.cast_mut()), rows));
-    executor(rows * width < INLINE_ELEMENTS, &|task, tasks| {
+    launch(rows * width < INLINE_ELEMENTS, &|task, tasks| {
         for row in chunk(rows, tasks, task, 1) {
             // SAFETY: row `row` of each tensor; this task alone writes it in `out`.
             let (input, output) = unsafe {
@@ -143,7 +143,7 @@ fn softmax_with(args: &Arguments<'_>, has_mask: bool) -> Result<(), String> {
     } else {
         None
     };
-    let out = args.tensor(if has_mask { 2 } else { 1 }, None)?;
+    let out = args.output(if has_mask { 2 } else { 1 }, None)?;
     if x.shape.is_empty() || out.shape != x.shape {
         return Err(format!(
             "{name}: shapes do not fit: x {:?}, out {:?}",
@@ -170,7 +170,7 @@ fn softmax_with(args: &Arguments<'_>, has_mask: bool) -> Result<(), String> {
         .map(|(mask, rows)| (mask.data.cast_const(), rows));
     // SAFETY: `out` has x's shape, the mask broadcasts to it (checked above), and the
     // tensors do not overlap.
-    unsafe { softmax_into(rows, width, x.data, mask, Shared(out.data), parallel_for) }
+    unsafe { softmax_into(rows, width, x.data, mask, Shared(out.data), args.launch) }
 }
 
 /// `relax_runtime.softmax(x, out)`: softmax along the last axis.
@@ -193,7 +193,7 @@ pub(crate) fn layer_norm(args: &Arguments<'_>) -> Result<(), String> {
     let gamma = args.tensor(1, Some(1))?;
     let beta = args.tensor(2, Some(1))?;
     let epsilon = args.float(3)? as f32;
-    let out = args.tensor(4, None)?;
+    let out = args.output(4, None)?;
     if x.shape.is_empty()
         || out.shape != x.shape
         || gamma.len() != x.dim_from_end(1)
@@ -224,7 +224,7 @@ pub(crate) fn layer_norm(args: &Arguments<'_>) -> Result<(), String> {
             beta,
             epsilon,
             Shared(out.data),
-            parallel_for,
+            args.launch,
         )
     }
 }
@@ -242,10 +242,10 @@ unsafe fn layer_norm_into(
     beta: &[f32],
     epsilon: f32,
     out: Shared,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     let x = Shared(x.cast_mut());
-    executor(rows * width < INLINE_ELEMENTS, &|task, tasks| {
+    launch(rows * width < INLINE_ELEMENTS, &|task, tasks| {
         for row in chunk(rows, tasks, task, 1) {
             // SAFETY: row `row` of each tensor; this task alone writes it in `out`.
             let (input, output) = unsafe {
@@ -269,7 +269,7 @@ pub(crate) fn reduce_trailing(args: &Arguments<'_>) -> Result<(), String> {
     let axes =
         usize::try_from(args.int(1)?).map_err(|_| format!("{name}: a negative axis count"))?;
     let mean = args.int(2)? != 0;
-    let out = args.tensor(3, None)?;
+    let out = args.output(3, None)?;
     if axes == 0 || axes > x.shape.len() || out.len() != x.leading(axes) {
         return Err(format!(
             "{name}: shapes do not fit: x {:?} reduced over its last {axes} axes, out {:?}",
@@ -281,7 +281,7 @@ pub(crate) fn reduce_trailing(args: &Arguments<'_>) -> Result<(), String> {
     let width = x.len() / rows.max(1);
     let scale = if mean { 1.0 / width.max(1) as f32 } else { 1.0 };
     let (x, out) = (Shared(x.data), Shared(out.data));
-    parallel_for(rows * width < INLINE_ELEMENTS, &|task, tasks| {
+    (args.launch)(rows * width < INLINE_ELEMENTS, &|task, tasks| {
         let mine = chunk(rows, tasks, task, 1);
         // SAFETY: rows `mine` of x (read only) and their slots in out, which this task
         // alone writes; the sizes were checked above.

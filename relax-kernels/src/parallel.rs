@@ -1,59 +1,44 @@
-//! Splitting a kernel's work over TVM's thread pool (`TVMBackendParallelLaunch`), so that
-//! one pool, sized by `TVM_NUM_THREADS` / `set_threads_per_call`, runs both TVM's code
-//! and relax-runtime's kernels: no second pool competes for the cores.
+//! Splitting a kernel's work into parallel tasks: the [`Launch`] a kernel runs on (the
+//! runtime's thread pool, or [`threads`] for tests and benchmarks), and the ways the
+//! kernels share work between its tasks.
 
-use std::ffi::c_void;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::api::{self, ParallelGroupEnv};
+/// Runs `body(task, tasks)` for every task of some pool (`tasks` of them, at least 1)
+/// and returns when all are done; with `inline` (work too small to share), runs
+/// `body(0, 1)` on the calling thread instead. relax-runtime's launch is TVM's thread
+/// pool (`TVMBackendParallelLaunch`), so that one pool runs TVM's code and the kernels.
+pub type Launch = fn(bool, &(dyn Fn(usize, usize) + Sync)) -> Result<(), String>;
 
-/// Runs `body(task, tasks)` over some tasks (inline: one task on this thread).
-pub(crate) type Executor = fn(bool, &(dyn Fn(usize, usize) + Sync)) -> Result<(), String>;
-
-/// What one task runs: `body(task, tasks)`.
-struct Job<'a> {
-    body: &'a (dyn Fn(usize, usize) + Sync),
+/// A [`Launch`] that runs every body on the calling thread.
+pub fn inline(_inline: bool, body: &(dyn Fn(usize, usize) + Sync)) -> Result<(), String> {
+    body(0, 1);
+    Ok(())
 }
 
-unsafe extern "C" fn run_task(task: i32, env: *mut ParallelGroupEnv, data: *mut c_void) -> i32 {
-    // SAFETY: `data` is the `Job` that `parallel_for` passed, alive until the launch
-    // returns; `env` is TVM's group environment for this launch.
-    let (job, tasks) = unsafe { (&*(data as *const Job<'_>), (*env).num_task) };
-    let (task, tasks) = (task.max(0) as usize, tasks.max(1) as usize);
-    match catch_unwind(AssertUnwindSafe(|| (job.body)(task, tasks))) {
-        Ok(()) => 0,
-        Err(_) => -1,
-    }
-}
-
-/// Runs `body(task, tasks)` for every task of TVM's pool for this thread (`tasks` of
-/// them, from 1 to the pool's size), and returns when all are done. With `inline` (for
-/// work too small to share), or when calls on this thread use one thread, runs
-/// `body(0, 1)` on this thread instead.
-pub(crate) fn parallel_for(
+/// A [`Launch`] on `TASKS` scoped OS threads, started for each launch (for tests and
+/// benchmarks; a runtime keeps a pool).
+pub fn threads<const TASKS: usize>(
     inline: bool,
     body: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<(), String> {
-    if inline || crate::threads::this_thread_threads() == 1 {
+    if inline || TASKS <= 1 {
         body(0, 1);
         return Ok(());
     }
-    let job = Job { body };
-    let launch = api::loaded().parallel_launch;
-    // SAFETY: `run_task` reads `job` only during the launch, which returns after every
-    // task finished; the tasks only share `body`, which is `Sync`.
-    let status = unsafe {
-        launch(
-            Some(run_task),
-            (&job as *const Job<'_>).cast_mut().cast(),
-            0,
-        )
-    };
-    if status == 0 {
-        Ok(())
+    let panicked = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..TASKS)
+            .map(|task| scope.spawn(move || body(task, TASKS)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join())
+            .any(|outcome| outcome.is_err())
+    });
+    if panicked {
+        Err("a task of a kernel panicked".to_string())
     } else {
-        Err("a task of a relax-runtime kernel failed".to_string())
+        Ok(())
     }
 }
 
@@ -66,21 +51,21 @@ const MAX_SHARING_TASKS: usize = 64;
 #[derive(Default)]
 struct Claims(AtomicUsize);
 
-/// Runs `body(unit)` once for every unit of `0..units`, over the executor's tasks (on
+/// Runs `body(unit)` once for every unit of `0..units`, over the launch's tasks (on
 /// this thread alone with `inline`). Each task starts on its own contiguous share (as
 /// [`chunk`] splits them, so that neighbouring units, which share weights and inputs,
 /// stay on one core) and, when that is done, takes the next units of the other tasks'
 /// shares: a task slowed down by another process on a shared machine no longer holds up
 /// the whole launch while the others wait at its end.
 pub(crate) fn for_each_unit(
-    executor: Executor,
+    launch: Launch,
     inline: bool,
     units: usize,
     body: &(dyn Fn(usize) + Sync),
 ) -> Result<(), String> {
     // Units of share `share` claimed so far (counted from the share's start).
     let claims: [Claims; MAX_SHARING_TASKS] = std::array::from_fn(|_| Claims::default());
-    executor(inline, &|task, tasks| {
+    launch(inline, &|task, tasks| {
         if tasks > MAX_SHARING_TASKS {
             chunk(units, tasks, task, 1).for_each(body);
             return;
@@ -164,24 +149,6 @@ pub(crate) fn test_values(count: usize, seed: u64, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-/// An executor on `TASKS` scoped OS threads, for testing the kernels without TVM.
-#[cfg(test)]
-pub(crate) fn threads<const TASKS: usize>(
-    inline: bool,
-    body: &(dyn Fn(usize, usize) + Sync),
-) -> Result<(), String> {
-    if inline {
-        body(0, 1);
-        return Ok(());
-    }
-    std::thread::scope(|scope| {
-        for task in 0..TASKS {
-            scope.spawn(move || body(task, TASKS));
-        }
-    });
-    Ok(())
-}
-
 /// [`threads`] on three threads.
 #[cfg(test)]
 pub(crate) fn three_threads(
@@ -199,10 +166,10 @@ mod tests {
 
     use super::{chunk, for_each_unit, threads, three_threads, MAX_SHARING_TASKS};
 
-    /// How many times `for_each_unit` ran each of `units` units on `executor`.
-    fn runs(executor: super::Executor, inline: bool, units: usize) -> Vec<usize> {
+    /// How many times `for_each_unit` ran each of `units` units on `launch`.
+    fn runs(launch: super::Launch, inline: bool, units: usize) -> Vec<usize> {
         let counts: Vec<AtomicUsize> = (0..units).map(|_| AtomicUsize::new(0)).collect();
-        for_each_unit(executor, inline, units, &|unit| {
+        for_each_unit(launch, inline, units, &|unit| {
             counts[unit].fetch_add(1, Ordering::Relaxed);
         })
         .unwrap();

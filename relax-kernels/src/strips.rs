@@ -123,7 +123,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{InRegisters, Product};
-    use crate::kernels::simd::first_lanes;
+    use crate::simd::first_lanes;
 
     /// `rows` (1 to 6) filters from `filter` by `width` (1 to 64) columns from `column`.
     pub(super) struct Tile {
@@ -267,8 +267,8 @@ mod avx512 {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
-    use crate::kernels::parallel::test_values;
-    use crate::kernels::simd::avx512_available;
+    use crate::parallel::test_values;
+    use crate::simd::avx512_available;
 
     /// Every tile shape (1-6 filters, 1-64 columns in the last strip), over rows wider
     /// than the block, with weights as OIHW rows and as a `[depth, filters]` transform,

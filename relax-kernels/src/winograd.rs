@@ -19,14 +19,14 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::gemm::multiply;
-use super::parallel::{chunk, Executor, Shared};
+use super::parallel::{chunk, Launch, Shared};
 use super::scratch::{prefix, reuse};
 use super::simd::avx512_available;
 use super::strips::{multiply_strips, InRegisters, Product};
 
 /// A Winograd variant: the side of its output tiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Tile {
+pub enum Tile {
     /// F(2x2, 3x3): 4x4 input patches, 16 values per transformed tile.
     Two,
     /// F(4x4, 3x3): 6x6 input patches, 36 values per transformed tile.
@@ -48,12 +48,12 @@ impl Tile {
     }
 
     /// Values of a transformed tile or kernel: the multiplications per tile.
-    pub(crate) fn values(self) -> usize {
+    pub fn values(self) -> usize {
         self.input() * self.input()
     }
 
     /// The variant whose transformed kernels have `values` values per kernel.
-    pub(crate) fn of_values(values: usize) -> Option<Tile> {
+    pub fn of_values(values: usize) -> Option<Tile> {
         [Tile::Two, Tile::Four]
             .into_iter()
             .find(|tile| tile.values() == values)
@@ -77,12 +77,7 @@ const FILTER_BLOCK: usize = 64;
 
 /// `U = G g Gᵀ` of every 3x3 kernel of `weights` (`[filters, channels, 3, 3]`), laid out
 /// `[values, channels, filters]` (filters contiguous: the multiplications stream them).
-pub(crate) fn transform_weights(
-    weights: &[f32],
-    filters: usize,
-    channels: usize,
-    tile: Tile,
-) -> Vec<f32> {
+pub fn transform_weights(weights: &[f32], filters: usize, channels: usize, tile: Tile) -> Vec<f32> {
     const G2: [[f64; 3]; 4] = [
         [1.0, 0.0, 0.0],
         [0.5, 0.5, 0.5],
@@ -186,7 +181,7 @@ pub(crate) unsafe fn winograd_into(
     u: *const f32,
     out: Shared,
     finish: Finish<'_>,
-    executor: Executor,
+    launch: Launch,
 ) -> Result<(), String> {
     let (tile_rows, tile_columns) = plan.tiles();
     let (channels, values) = (plan.channels, plan.tile.values());
@@ -194,7 +189,7 @@ pub(crate) unsafe fn winograd_into(
     let rows_per_block = plan.rows_per_block();
     let total_rows = plan.batch * tile_rows;
     let (x, u) = (Shared(x.cast_mut()), Shared(u.cast_mut()));
-    executor(false, &|task, tasks| {
+    launch(false, &|task, tasks| {
         let (mine, filters) = if total_rows >= MIN_ROWS_TO_SPLIT {
             (chunk(total_rows, tasks, task, 1), 0..plan.filters)
         } else {
