@@ -52,6 +52,16 @@ pub enum Error {
         /// What was tried, why it failed, and the fix.
         message: String,
     },
+    /// pip refused a package of the managed toolchain's hash lock: the index served a
+    /// file whose sha256 the lock does not allow.
+    HashMismatch {
+        /// The lock (`relax-build/locks/linux-x86_64/cp311/toolchain.txt`).
+        lock: String,
+        /// The refused packages, `name==version`.
+        packages: Vec<String>,
+        /// Each package with the expected and the served sha256, what it means, and the fix.
+        message: String,
+    },
     /// A required environment variable is missing (relax-build runs outside a build script).
     MissingEnv {
         /// The variable.
@@ -109,7 +119,9 @@ impl std::fmt::Display for Error {
             } => {
                 write!(f, "model `{model}` (`{key}`): {message}")
             }
-            Error::Toolchain { message } => f.write_str(message),
+            Error::Toolchain { message } | Error::HashMismatch { message, .. } => {
+                f.write_str(message)
+            }
             Error::MissingEnv { variable, hint } => {
                 write!(f, "environment variable {variable} is not set; {hint}")
             }

@@ -95,6 +95,7 @@
 //!   `target` (Cargo target -> TVM target, cross compiler);
 //! - `driver` (the typed, versioned protocol with `driver/*.py`), `key`, `artifacts`
 //!   (artifact folders and their manifest), `cache`, `prepared`, `toolchain`,
+//!   `locks` (the hash locks the managed toolchain is installed from),
 //!   `runtime_libraries`, `fetched` (files from pinned packages);
 //! - `compile` (one driver run for one model), `resolve` (prepared, cached or compiled),
 //!   `codegen`;
@@ -117,6 +118,7 @@ mod error;
 mod fetched;
 mod files;
 mod key;
+mod locks;
 mod metadata;
 mod package;
 mod prepared;

@@ -9,9 +9,14 @@
 //! 4. the managed toolchain, if it is complete;
 //! 5. `python3` on `PATH`;
 //! 6. otherwise the managed toolchain is provisioned: a venv under `RELAX_TOOLCHAIN_DIR`
-//!    with the packages of [`crate::versions::requirements`], made behind a file lock
-//!    and marked complete only when the install succeeded (a half-made venv is removed
-//!    and made again; one complete for an older requirement list is completed with pip).
+//!    with the packages of `versions::requirements()`, installed hash-locked
+//!    (`pip install --require-hashes --no-deps` from the shipped lock for this platform
+//!    and the venv's CPython, see [`crate::locks`]), made behind a file lock and marked
+//!    complete only when the install succeeded. The marker records the lock's name and
+//!    sha256: a second provisioning with the same lock reuses the venv without running
+//!    pip; a half-made venv is removed and made again; one complete for another lock
+//!    (an older relax-build's pins) is upgraded in place from the new lock (packages
+//!    the new lock drops stay), and one made before the locks is made again.
 //!
 //! A candidate is probed without importing TVM (which costs over a second): the probe
 //! reads the installed package versions and where their libraries and `RECORD` files
@@ -30,8 +35,9 @@ use crate::cargo::Cargo;
 use crate::env;
 use crate::error::{io, Error, Result};
 use crate::files::{self, LockFile};
+use crate::locks::{self, Kind, Lock};
 use crate::metadata::PythonSetting;
-use crate::versions::{install_command, requirements, TORCH_VERSION, TVM_VERSION};
+use crate::versions::{install_command, TORCH_VERSION, TVM_VERSION};
 
 /// A usable Python with TVM.
 #[derive(Debug, Clone)]
@@ -153,7 +159,7 @@ impl Lookup<'_> {
             }
         }
         let managed = managed_dir(cargo)?;
-        if is_complete(&managed) {
+        if is_complete(&managed, &LockSource::Shipped) {
             match probe(&managed_python(&managed), "the managed toolchain") {
                 Ok(toolchain) => return Ok(toolchain),
                 Err(reason) => {
@@ -172,18 +178,29 @@ impl Lookup<'_> {
             tried.push("python3 on PATH: not found".to_string());
         }
         let failure = |message: String| {
+            // A failure that names its own fix (no lock for this platform) gets no other.
+            let fix = if message.contains("\nFix: ") {
+                String::new()
+            } else {
+                format!(
+                    "\nFix: make sure `python3 -m venv` works and pip can reach PyPI (or a mirror \
+                     through PIP_INDEX_URL), or set RELAX_PYTHON to a Python where you ran `{install}`."
+                )
+            };
             Error::Toolchain {
-            message: format!(
-                "no usable Python with apache-tvm {TVM_VERSION} was found, and provisioning one failed.\n\
-                 Tried:\n{}  provisioning the managed toolchain in {}: {message}\n\
-                 Fix: make sure `python3 -m venv` works and pip can reach PyPI (or a mirror through \
-                 PIP_INDEX_URL), or set RELAX_PYTHON to a Python where you ran `{install}`.",
-                tried.iter().map(|line| format!("  {line}\n")).collect::<String>(),
-                managed.display()
-            ),
-        }
+                message: format!(
+                    "no usable Python with apache-tvm {TVM_VERSION} was found, and provisioning one failed.\n\
+                     Tried:\n{}  provisioning the managed toolchain in {}: {message}{fix}",
+                    tried.iter().map(|line| format!("  {line}\n")).collect::<String>(),
+                    managed.display()
+                ),
+            }
         };
-        provision(cargo, &managed).map_err(|error| failure(error.to_string()))?;
+        provision(cargo, &managed, &LockSource::Shipped).map_err(|error| match error {
+            // A tampered package is the whole story; "make sure pip can reach PyPI" is not the fix.
+            Error::HashMismatch { .. } => error,
+            other => failure(other.to_string()),
+        })?;
         probe(
             &managed_python(&managed),
             "the managed toolchain (just provisioned)",
@@ -261,12 +278,98 @@ impl Lookup<'_> {
     }
 }
 
-fn is_complete(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join(COMPLETE_MARKER)).is_ok_and(|text| text == marker_text())
+/// Where the managed toolchain's packages come from.
+#[derive(Debug, Clone)]
+pub enum LockSource {
+    /// The locks shipped in relax-build, for this platform and the venv's CPython.
+    Shipped,
+    /// One given lock, whatever the platform (tests).
+    Given(Lock),
 }
 
-fn marker_text() -> String {
-    requirements().join("\n") + "\n"
+impl LockSource {
+    /// The lock of `kind` for a CPython tag (`cp311`), or why there is none.
+    fn for_python(&self, kind: Kind, python_tag: &str) -> std::result::Result<Lock, String> {
+        match self {
+            LockSource::Shipped => locks::shipped(kind, python_tag),
+            LockSource::Given(lock) => Ok(lock.clone()),
+        }
+    }
+
+    /// The lock a complete marker names, if this source still has it.
+    fn named(&self, name: &str) -> Option<Lock> {
+        match self {
+            LockSource::Shipped => locks::shipped_named(name),
+            LockSource::Given(lock) => (lock.name == name).then(|| lock.clone()),
+        }
+    }
+}
+
+/// What [`provision`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provisioned {
+    /// The toolchain was complete for the same lock: nothing was run.
+    Reused,
+    /// A new venv was made and installed from the lock.
+    Made,
+    /// A venv complete for another lock was upgraded in place from the new one.
+    Upgraded,
+}
+
+/// Whether `dir` holds a toolchain completely installed from a lock `locks` still has,
+/// unchanged (the marker records the lock's name and sha256). Starts no Python.
+fn is_complete(dir: &Path, locks: &LockSource) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join(COMPLETE_MARKER)) else {
+        return false;
+    };
+    let mut words = text.split_whitespace();
+    match (words.next(), words.next(), words.next(), words.next()) {
+        (Some("lock"), Some(name), Some("sha256"), Some(sha256)) => locks
+            .named(name)
+            .is_some_and(|lock| lock.sha256() == sha256),
+        _ => false,
+    }
+}
+
+fn marker_text(lock: &Lock) -> String {
+    format!("lock {} sha256 {}\n", lock.name, lock.sha256())
+}
+
+/// The CPython tag (`cp311`) of an interpreter, which picks its lock.
+fn python_tag(python: &std::ffi::OsStr) -> Result<String> {
+    let shown = Path::new(python).display().to_string();
+    let output = Command::new(python)
+        .args([
+            "-c",
+            "import sys; print('%s%d%d' % ('cp' if sys.implementation.name == 'cpython' \
+             else sys.implementation.name, *sys.version_info[:2]))",
+        ])
+        .output()
+        .map_err(|error| Error::Toolchain {
+            message: format!("cannot run {shown} to read its Python version ({error})"),
+        })?;
+    if !output.status.success() {
+        return Err(Error::Toolchain {
+            message: format!(
+                "{shown} failed to report its Python version: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// Why there is no lock for `python` here, and the fix.
+fn no_lock(reason: String, python: &std::ffi::OsStr) -> Error {
+    Error::Toolchain {
+        message: format!(
+            "{reason}; {} would make the venv.\nFix: set RELAX_BOOTSTRAP_PYTHON to a CPython \
+             relax-build has locks for, or set RELAX_PYTHON to a Python of your own where you \
+             ran `{}`.",
+            Path::new(python).display(),
+            install_command()
+        ),
+    }
 }
 
 /// The folder of the managed toolchain for the pinned TVM version.
@@ -383,14 +486,19 @@ impl Toolchain {
                 ),
             });
         }
+        let tag = python_tag(self.python.as_os_str())?;
+        let lock = locks::shipped(Kind::Torch, &tag)
+            .map_err(|reason| no_lock(reason, self.python.as_os_str()))?;
         let _lock = lock_beside(cargo, &managed, "torch.lock", "installing torch")?;
         cargo.warning(&format!(
             "relax-build: model `{model}` is a PyTorch source: installing torch=={TORCH_VERSION} into the \
              managed toolchain (one time; about 6 GB with its CUDA libraries, a minute or two)"
         ));
-        pip_install(
+        pip_install_locked(
             &self.python,
-            &[format!("torch=={TORCH_VERSION}")],
+            &lock,
+            &managed,
+            Kind::Torch,
             "pip install of torch",
         )?;
         cargo.warning("relax-build: torch is installed");
@@ -398,55 +506,91 @@ impl Toolchain {
     }
 }
 
-/// Creates (or completes) the managed toolchain unless it is complete; safe to run
-/// from several builds at once.
-fn provision(cargo: Cargo, dir: &Path) -> Result<()> {
-    if is_complete(dir) {
-        return Ok(());
+/// Creates (or upgrades) the managed toolchain from its lock unless it is complete for
+/// the same lock; safe to run from several builds at once.
+pub fn provision(cargo: Cargo, dir: &Path, locks: &LockSource) -> Result<Provisioned> {
+    if is_complete(dir, locks) {
+        return Ok(Provisioned::Reused);
     }
     let parent = dir.parent().expect("the toolchain dir has a parent");
     std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
     let _lock = lock_beside(cargo, dir, "lock", "provisioning the TVM toolchain")?;
-    if is_complete(dir) {
-        return Ok(());
+    if is_complete(dir, locks) {
+        return Ok(Provisioned::Reused);
     }
     let marker = dir.join(COMPLETE_MARKER);
-    let upgrade = marker.is_file() && managed_python(dir).is_file();
-    if dir.exists() && !upgrade {
-        cargo.warning("relax-build: removing a half-made toolchain left by an interrupted install");
-        std::fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
-    }
-    if upgrade {
-        // Made by an earlier relax-build with other requirements: complete it in place.
-        std::fs::remove_file(&marker).map_err(io(format!("removing {}", marker.display())))?;
+    let python = managed_python(dir);
+    // Complete for another lock: upgraded in place when the lock has the venv's Python.
+    // (A venv of a relax-build before the locks, installed without hashes, is made again:
+    // pip would keep its packages as they are.)
+    let made_from_a_lock =
+        std::fs::read_to_string(&marker).is_ok_and(|text| text.starts_with("lock "));
+    let upgrade_lock = if made_from_a_lock && python.is_file() {
+        python_tag(python.as_os_str())
+            .ok()
+            .and_then(|tag| locks.for_python(Kind::Toolchain, &tag).ok())
     } else {
-        let bootstrap = env::var(cargo, env::BOOTSTRAP_PYTHON).unwrap_or_else(|| "python3".into());
-        cargo.warning(&format!(
-            "relax-build: creating the managed TVM toolchain in {} (one time, about a minute)",
-            dir.display()
-        ));
-        run(
-            Command::new(&bootstrap).arg("-m").arg("venv").arg(dir),
-            &format!(
-                "`{} -m venv {}`",
-                bootstrap.to_string_lossy(),
+        None
+    };
+    let (lock, upgraded) = match upgrade_lock {
+        Some(lock) => {
+            cargo.warning(&format!(
+                "relax-build: upgrading the managed TVM toolchain in {} to the hash lock {}",
+                dir.display(),
+                lock.name
+            ));
+            std::fs::remove_file(&marker).map_err(io(format!("removing {}", marker.display())))?;
+            (lock, true)
+        }
+        None => {
+            let bootstrap =
+                env::var(cargo, env::BOOTSTRAP_PYTHON).unwrap_or_else(|| "python3".into());
+            let tag = python_tag(&bootstrap)?;
+            let lock = locks
+                .for_python(Kind::Toolchain, &tag)
+                .map_err(|reason| no_lock(reason, &bootstrap))?;
+            if dir.exists() {
+                cargo.warning(
+                    "relax-build: removing a half-made (or unusable) toolchain left by an \
+                     interrupted install",
+                );
+                std::fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
+            }
+            cargo.warning(&format!(
+                "relax-build: creating the managed TVM toolchain in {} (one time, about a minute)",
                 dir.display()
-            ),
-        )?;
-    }
-    let requirements = requirements();
+            ));
+            run(
+                Command::new(&bootstrap).arg("-m").arg("venv").arg(dir),
+                &format!(
+                    "`{} -m venv {}`",
+                    bootstrap.to_string_lossy(),
+                    dir.display()
+                ),
+            )?;
+            (lock, false)
+        }
+    };
     cargo.warning(&format!(
-        "relax-build: installing {} with pip",
-        requirements.join(" ")
+        "relax-build: installing the {} packages of the hash lock {} with pip",
+        lock.pins().len(),
+        lock.name
     ));
-    pip_install(
-        &managed_python(dir),
-        &requirements,
+    pip_install_locked(
+        &python,
+        &lock,
+        dir,
+        Kind::Toolchain,
         "pip install of the pinned TVM",
     )?;
-    std::fs::write(&marker, marker_text()).map_err(io(format!("writing {}", marker.display())))?;
+    std::fs::write(&marker, marker_text(&lock))
+        .map_err(io(format!("writing {}", marker.display())))?;
     cargo.warning("relax-build: the managed TVM toolchain is ready");
-    Ok(())
+    Ok(if upgraded {
+        Provisioned::Upgraded
+    } else {
+        Provisioned::Made
+    })
 }
 
 /// Takes the file lock `<dir>.<suffix>` beside `dir`, saying that another build is
@@ -464,21 +608,83 @@ fn lock_beside(cargo: Cargo, dir: &Path, suffix: &str, doing: &str) -> Result<Lo
     })
 }
 
-/// `python -m pip install packages`, quietly; `what` names it in an error.
-fn pip_install(python: &Path, packages: &[String], what: &str) -> Result<()> {
-    run(
-        Command::new(python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "--quiet",
-            ])
-            .args(packages),
-        what,
-    )
+/// `python -m pip install --require-hashes --no-deps -r <lock>`, quietly, with the lock
+/// written into `dir` (`relax-toolchain.txt`, `relax-torch.txt`); `what` names it in an
+/// error. A package whose file has another sha256 than the lock allows is an
+/// [`Error::HashMismatch`] naming it.
+fn pip_install_locked(
+    python: &Path,
+    lock: &Lock,
+    dir: &Path,
+    kind: Kind,
+    what: &str,
+) -> Result<()> {
+    let lock_file = dir.join(format!("relax-{}", kind.file_name()));
+    files::write_atomically(&lock_file, lock.text.as_bytes())?;
+    let output = Command::new(python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--quiet",
+            "--require-hashes",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-r",
+        ])
+        .arg(&lock_file)
+        .output()
+        .map_err(|error| Error::Toolchain {
+            message: format!("{what} could not start: {error}"),
+        })?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let mismatches = locks::hash_mismatches(&stderr);
+    if mismatches.is_empty() {
+        return Err(Error::Toolchain {
+            message: format!(
+                "{what} from the hash lock {} ({}) failed ({}):\n{}",
+                lock.name,
+                lock_file.display(),
+                output.status,
+                crate::text::last_lines(&stderr, 15)
+            ),
+        });
+    }
+    let packages: Vec<String> = mismatches.iter().map(|m| m.package.clone()).collect();
+    let details: String = mismatches
+        .iter()
+        .map(|m| {
+            format!(
+                "  {} from {}: the lock allows sha256 {}, the file served has {}\n",
+                m.package,
+                m.url,
+                m.expected.join(" or "),
+                m.got
+            )
+        })
+        .collect();
+    Err(Error::HashMismatch {
+        lock: lock.name.clone(),
+        packages: packages.clone(),
+        message: format!(
+            "{what} failed: {} did not match the hash lock {} (installed from {}):\n{details}\
+             This means the package index (PyPI, or the mirror set by PIP_INDEX_URL or pip.conf) \
+             served a different file than the one this relax-build was locked against: a \
+             tampered or replaced package. Do not bypass the check (never edit the lock or drop \
+             --require-hashes).\nFix: use a trustworthy index (check PIP_INDEX_URL and pip.conf) \
+             and try again, and report it to the index's operators; or set RELAX_PYTHON to a \
+             Python of your own where you ran `{}`.",
+            packages.join(", "),
+            lock.name,
+            lock_file.display(),
+            install_command()
+        ),
+    })
 }
 
 /// Runs a command, turning a failure into an error with the tail of its stderr.

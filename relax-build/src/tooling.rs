@@ -21,7 +21,7 @@ pub use crate::prepared::Prepared;
 pub use crate::resolve::ArtifactSource;
 pub use crate::signature::{Dim, Function, Signature, TensorType};
 pub use crate::tensor_spec::{parse as parse_tensor_spec, SpecDim, TensorSpec};
-pub use crate::toolchain::Toolchain;
+pub use crate::toolchain::{Provisioned, Toolchain};
 pub use crate::versions::{DRIVER_PROTOCOL, TVM_FFI_VERSION, TVM_VERSION};
 
 /// A model's artifacts written to the prepared folder by [`prepare`].
@@ -328,4 +328,15 @@ fn standalone_resolver(config: &Config, model: &Model) -> Result<Resolver> {
         manifest_python: None,
         cargo: config.cargo(),
     }))
+}
+
+/// For tests only: provisions a managed toolchain in `dir` exactly as a build does, but
+/// from the given lock (`name` as the marker records it, `text` its lines) instead of
+/// the lock relax-build ships for this platform. Warnings go to stderr.
+pub fn provision_from_lock(dir: &Path, name: &str, text: &str) -> Result<Provisioned> {
+    let lock = crate::locks::Lock {
+        name: name.to_string(),
+        text: std::borrow::Cow::Owned(text.to_string()),
+    };
+    crate::toolchain::provision(Cargo::TOOL, dir, &crate::toolchain::LockSource::Given(lock))
 }
