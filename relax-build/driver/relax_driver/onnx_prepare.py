@@ -2,6 +2,8 @@
 
 1. onnxslim: shape inference (a `Shape` of a tensor whose dims are all pinned becomes a
    constant) and graph simplifications (batch norms folded into convolutions, ...).
+   Before it, nodes computed from constants alone are folded (as in 2), so that
+   onnxslim sees weights written as `Constant` or `ConstantOfShape` nodes as initializers.
 2. Constant folding (here, with onnx's reference evaluator: onnxslim folds only with
    onnxruntime installed): every node whose inputs are all constants becomes a constant,
    so that shape subgraphs the pinned dims determine (`Shape -> Gather -> Concat ->
@@ -62,8 +64,45 @@ def keep_inputs(original, prepared):
 # Operators never folded: random ones, and those with subgraphs.
 UNFOLDABLE = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial"}
 # A folded value may be at most this many elements larger than its inputs together
-# (so that a ConstantOfShape or Expand does not grow the model).
+# (so that a ConstantOfShape or Expand does not grow the model), unless it is a layer's
+# weights (see `weight_values`) or a `Constant` node's (already in the file).
 FOLD_GROWTH_LIMIT = 1 << 16
+
+# The operands that hold a layer's weights and biases, by operator. A value computed
+# from constants alone that reaches one of them (ConstantOfShape, a Constant node, a
+# Transpose of one...) is folded into an initializer whatever its size: TVM then takes
+# it as a parameter, which relax-runtime packs for its kernels at load (filter panels,
+# Winograd transforms), as it does an initializer; as a graph constant it would not be.
+WEIGHT_OPERANDS = {
+    "Conv": (1, 2),
+    "ConvTranspose": (1, 2),
+    "ConvInteger": (1,),
+    "Gemm": (1, 2),
+    "MatMul": (1,),
+    "MatMulInteger": (1,),
+    "QLinearConv": (3, 8),
+    "QLinearMatMul": (3,),
+    "BatchNormalization": (1, 2, 3, 4),
+    "InstanceNormalization": (1, 2),
+    "LayerNormalization": (1, 2),
+    "LSTM": (1, 2, 3),
+    "GRU": (1, 2, 3),
+    "RNN": (1, 2, 3),
+}
+
+
+def weight_values(graph):
+    """The names of the values a layer's weight operand is computed from (itself
+    included), through any chain of nodes."""
+    bound = set()
+    for node in graph.node:
+        for index in WEIGHT_OPERANDS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ():
+            if index < len(node.input) and node.input[index]:
+                bound.add(node.input[index])
+    for node in reversed(graph.node):
+        if any(name in bound for name in node.output):
+            bound.update(name for name in node.input if name)
+    return bound
 
 
 def fold_constants(model):
@@ -75,6 +114,7 @@ def fold_constants(model):
     graph = model.graph
     known = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
     graph_inputs = {value.name for value in graph.input}
+    weights = weight_values(graph)
     opsets = list(model.opset_import)
     kept, folded_outputs = [], []
     for node in graph.node:
@@ -85,7 +125,8 @@ def fold_constants(model):
             and not any(attribute.type in (attribute.GRAPH, attribute.GRAPHS) for attribute in node.attribute)
             and all(name in known and name not in graph_inputs for name in inputs)
         )
-        outputs = evaluate(node, known, opsets, helper, ReferenceEvaluator) if foldable else None
+        unlimited = node.op_type == "Constant" or any(name in weights for name in node.output)
+        outputs = evaluate(node, known, opsets, helper, ReferenceEvaluator, unlimited) if foldable else None
         if outputs is None:
             kept.append(node)
             continue
@@ -105,9 +146,9 @@ def fold_constants(model):
     return folded
 
 
-def evaluate(node, known, opsets, helper, evaluator_class):
+def evaluate(node, known, opsets, helper, evaluator_class, unlimited=False):
     """The outputs of `node` on the known values, or None when it cannot be evaluated or
-    its outputs would grow the model too much."""
+    its outputs would grow the model too much (never too much when `unlimited`)."""
     inputs = [name for name in node.input if name]
     try:
         evaluator = evaluator_class(
@@ -131,7 +172,7 @@ def evaluate(node, known, opsets, helper, evaluator_class):
     # Only tensors become initializers (not sequences or optionals).
     if len(values) != len(names) or not all(isinstance(value, np.ndarray) for value in values):
         return None
-    if sum(value.size for value in values) > budget:
+    if not unlimited and sum(value.size for value in values) > budget:
         return None
     return dict(zip(names, values))
 
@@ -203,6 +244,10 @@ def inline_constant_ifs(model):
 def prepare(model):
     """The steps; returns the prepared model and warnings for the build's output."""
     warnings = []
+    # Constants computed from constants (weights among them) become initializers first,
+    # so that onnxslim's fusions (a MatMul and an Add into a Gemm, ...) see them as an
+    # exporter writes them.
+    fold_constants(model)
     prepared = slim(model, warnings)
     fold_constants(prepared)
     if inline_constant_ifs(prepared):

@@ -78,6 +78,28 @@ class FoldConstants(unittest.TestCase):
         )
         self.assertEqual(onnx_prepare.fold_constants(made), 0)
 
+    def test_weights_computed_from_constants_fold_whatever_their_size(self):
+        # A 512x512 MatMul weight from a ConstantOfShape (as the onnx package's light
+        # models write theirs), through a Transpose, and a Constant node of 300k values.
+        big = numpy_helper.from_array(np.full([300, 1000], 0.5, np.float32), "big")
+        made = model(
+            [
+                helper.make_node("ConstantOfShape", ["shape"], ["filled"]),
+                helper.make_node("Transpose", ["filled"], ["w"]),
+                helper.make_node("MatMul", ["x", "w"], ["y"]),
+                helper.make_node("Constant", [], ["k"], value=big),
+                helper.make_node("Gemm", ["z", "k"], ["u"], transB=1),
+            ],
+            [value("x", [2, 512]), value("z", [2, 1000])],
+            [value("y", [2, 512]), value("u", [2, 300])],
+            [numpy_helper.from_array(np.array([512, 512], np.int64), "shape")],
+        )
+        self.assertEqual(onnx_prepare.fold_constants(made), 3)
+        self.assertEqual([node.op_type for node in made.graph.node], ["MatMul", "Gemm"])
+        initializers = {init.name: numpy_helper.to_array(init) for init in made.graph.initializer}
+        self.assertEqual(initializers["w"].shape, (512, 512))
+        self.assertEqual(initializers["k"].shape, (300, 1000))
+
 
 class SumsToAdds(unittest.TestCase):
     def test_a_sum_of_three_becomes_two_adds_with_the_same_result(self):
