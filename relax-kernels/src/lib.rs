@@ -21,6 +21,34 @@
 //! assert!((out[3] - 1.0 / 3.0).abs() < 1e-6);
 //! ```
 //!
+//! ## Safety and threads
+//! The API is safe: an [`Argument`] is made from a slice that must hold its shape's
+//! elements, an output from a `&mut` slice, so that an output cannot also reach the
+//! kernel as another argument:
+//!
+//! ```compile_fail
+//! use relax_kernels::Argument;
+//! let mut buffer = [0f32; 4];
+//! let output = Argument::output(&mut buffer, &[4]).unwrap();
+//! let input = Argument::input(&buffer, &[4]).unwrap(); // `buffer` is borrowed mutably
+//! let _both = [output, input];
+//! ```
+//!
+//! nor twice (an `Argument` is not `Clone`):
+//!
+//! ```compile_fail
+//! use relax_kernels::Argument;
+//! let mut buffer = [0f32; 4];
+//! let output = Argument::output(&mut buffer, &[4]).unwrap();
+//! let _twice = [output.clone(), output];
+//! ```
+//!
+//! A runtime passing its own buffers uses the `unsafe` [`Argument::from_raw`], whose
+//! contract says the same. `Argument` and `Arguments` are neither `Send` nor `Sync`
+//! (they hold borrowed views): build them on the thread that calls the kernel. The
+//! kernels are plain functions, called from any number of threads at once
+//! (`tests/threads.rs`); a [`Launch`] splits one call's work.
+//!
 //! ## Layout
 //! One module per algorithm family (`gemm`, `conv`, `winograd`, `blocked`,
 //! `blocked_winograd`, `depthwise`, `filter_panels`, `strips`, `rows`, `recurrent`), over
