@@ -1,5 +1,6 @@
 //! Per-layer figures of every kernel family on the layer shapes of relax-bench's models
-//! (ResNet-50, MiniLM, MobileNetV2) and a recurrent layer, one core each, with the
+//! (ResNet-50, MiniLM, MobileNetV2), a detector head's transposed convolution and a
+//! recurrent layer, one core each, with the
 //! core's measured FMA peak: `cargo bench -p relax-kernels` (`-- --quick`: one timed
 //! run per layer, so that CI keeps the bench building and running; `-- FILTER`: only
 //! the rows whose family or layer contains FILTER).
@@ -260,6 +261,35 @@ fn dense_rows(quick: bool, layer: &str, (m, k, n): (usize, usize, usize)) -> Vec
             }
         })
         .collect()
+}
+
+/// A detector head's 2x upsampling: ConvTranspose 4x4, stride 2, padding 1.
+fn conv_transpose_row(
+    quick: bool,
+    (channels, filters, height, width): (usize, usize, usize, usize),
+) -> Row {
+    let (out_height, out_width) = (2 * height, 2 * width);
+    let x = values(channels * height * width, 14);
+    let w = values(channels * filters * 16, 15);
+    let mut out = vec![0f32; filters * out_height * out_width];
+    let shapes = [
+        [1, channels as i64, height as i64, width as i64],
+        [channels as i64, filters as i64, 4, 4],
+        [1, filters as i64, out_height as i64, out_width as i64],
+    ];
+    let mut args = vec![
+        Argument::input(&x, &shapes[0]).expect("x fits"),
+        Argument::input(&w, &shapes[1]).expect("w fits"),
+    ];
+    args.extend([2, 2, 1, 1, 1, 1, 1, 1, 1, 1].map(Argument::int));
+    args.push(Argument::output(&mut out, &shapes[2]).expect("out fits"));
+    Row {
+        family: "conv2d_transpose",
+        layer: format!("detector head 4x4/2 {channels}->{filters} @{height}x{width}"),
+        form: "gemm + scatter",
+        seconds: call(quick, "relax_runtime.conv2d_transpose", &args),
+        work: Work::Flops(2.0 * (channels * filters * 16 * height * width) as f64),
+    }
 }
 
 /// Attention's `q · kᵀ` over heads.
@@ -544,6 +574,9 @@ fn main() {
                 .into_iter()
                 .for_each(&mut print);
         }
+    }
+    if wanted("conv2d_transpose", "detector head") {
+        print(conv_transpose_row(quick, (64, 32, 60, 80)));
     }
     if wanted("batch_matmul", "MiniLM q.kT") {
         print(batch_matmul_row(quick, (12, 128, 32, 128)));

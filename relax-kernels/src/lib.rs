@@ -81,6 +81,8 @@
 //! | `relax_runtime.conv2d_bias` | as `conv2d`, with `bias[O]` after `w` |
 //! | `relax_runtime.conv2d_bn` | as `conv2d`, with `gamma[O], beta[O], mean[O], variance[O], epsilon` after `w` |
 //! | `relax_runtime.<dense or conv2d kernel>_add` | as the kernel, with `residual` (the output's shape) before `out`, added before the activation |
+//! | `relax_runtime.conv2d_transpose` | `x[N, C, H, W], w[C, F/g, KH, KW], strides(2), padding(4), dilation(2), groups, epilogue, out[N, F, OH, OW]`: ONNX's ConvTranspose, the output padding read from `out`'s shape (see `conv_transpose`) |
+//! | `relax_runtime.conv2d_transpose_bias` | as `conv2d_transpose`, with `bias[F]` after `w` |
 //! | `relax_runtime.softmax` | `x, out`: along the last axis |
 //! | `relax_runtime.softmax_add` | `x, mask, out`: `softmax(x + mask)`, `mask` of x's rank broadcast where its dims are 1 |
 //! | `relax_runtime.layer_norm` | `x[.., N], gamma[N], beta[N], epsilon, out` |
@@ -101,6 +103,7 @@ mod blocked_winograd;
 mod caches;
 mod conv;
 mod conv_operands;
+mod conv_transpose;
 mod depthwise;
 mod edges;
 mod epilogue;
@@ -143,6 +146,14 @@ pub const KERNELS: &[(&str, Kernel)] = &[
     ("relax_runtime.conv2d_add", conv::conv2d_add),
     ("relax_runtime.conv2d_bias_add", conv::conv2d_bias_add),
     ("relax_runtime.conv2d_bn_add", conv::conv2d_bn_add),
+    (
+        "relax_runtime.conv2d_transpose",
+        conv_transpose::conv2d_transpose,
+    ),
+    (
+        "relax_runtime.conv2d_transpose_bias",
+        conv_transpose::conv2d_transpose_bias,
+    ),
     ("relax_runtime.softmax", rows::softmax),
     ("relax_runtime.softmax_add", rows::softmax_add),
     ("relax_runtime.layer_norm", rows::layer_norm),

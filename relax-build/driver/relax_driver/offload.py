@@ -111,6 +111,8 @@ def packed(name, args, out_type):
 
 DENSE = ("relax_runtime.dense", "relax_runtime.dense_bias")
 CONV = ("relax_runtime.conv2d", "relax_runtime.conv2d_bias", "relax_runtime.conv2d_bn")
+# Transposed convolutions take every epilogue (applied to each output plane at its end).
+CONV_TRANSPOSE = ("relax_runtime.conv2d_transpose", "relax_runtime.conv2d_transpose_bias")
 RESIDUAL = "_add"
 
 
@@ -224,6 +226,8 @@ class Block:
             return self.matmul(value)
         if name == "relax.nn.conv2d":
             return self.conv2d(value)
+        if name == "relax.nn.conv2d_transpose":
+            return self.conv2d_transpose(value)
         if name == "relax.nn.softmax":
             return self.softmax(value)
         if name == "relax.nn.layer_norm":
@@ -284,6 +288,23 @@ class Block:
             padding = [padding[0], padding[1], padding[0], padding[1]]
         settings = [int(s) for s in attrs.strides] + padding + [int(d) for d in attrs.dilation] + [int(attrs.groups)]
         return packed("relax_runtime.conv2d", [x, w] + [int_value(v) for v in settings] + [int_value(0)], call.ty)
+
+    def conv2d_transpose(self, call):
+        """ONNX's ConvTranspose (NCHW, its kernel `[C, F / groups, KH, KW]`) to the
+        kernel; the output padding is in the call's output shape."""
+        x, w = call.args
+        attrs = call.attrs
+        layouts = (attrs.data_layout, attrs.kernel_layout, attrs.out_layout)
+        if layouts not in (("NCHW", "IOHW", "NCHW"), ("NCHW", "IOHW", "")):
+            return None
+        if not is_float32(x, w, call) or rank(x) != 4 or rank(w) != 4 or rank(call) != 4:
+            return None
+        padding = [int(p) for p in attrs.padding]
+        if len(padding) == 2:
+            padding = [padding[0], padding[1], padding[0], padding[1]]
+        settings = [int(s) for s in attrs.strides] + padding + [int(d) for d in attrs.dilation] + [int(attrs.groups)]
+        args = [x, w] + [int_value(v) for v in settings] + [int_value(0)]
+        return packed("relax_runtime.conv2d_transpose", args, call.ty)
 
     def blocked_kernel(self, w, attrs):
         """The OIHW weight whose `layout_transform` to OIHW16i16o `w` is (a constant packed
@@ -387,11 +408,11 @@ class Block:
             if bias_dims is not None and len(bias_dims) == 1 and n is not None and provably_equal(bias_dims[0], n) and is_float32(other):
                 return packed("relax_runtime.dense_bias", args[:2] + [other] + args[2:], call.ty)
             return None
-        if name == "relax.add" and kernel_name == "relax_runtime.conv2d" and int(args[-1].value) == 0:
+        if name == "relax.add" and kernel_name in ("relax_runtime.conv2d", "relax_runtime.conv2d_transpose") and int(args[-1].value) == 0:
             bias = self.conv_bias(other, dims(first))
             if bias is None:
                 return None
-            return packed("relax_runtime.conv2d_bias", args[:2] + [bias] + args[2:], call.ty)
+            return packed(kernel_name + "_bias", args[:2] + [bias] + args[2:], call.ty)
         if name in ("relax.multiply", "relax.divide") and kernel_name == "relax_runtime.batch_matmul":
             scale = scalar_constant(other)
             if scale is None or (name == "relax.divide" and scale == 0.0):
@@ -450,7 +471,7 @@ class Block:
         one it folds; else None."""
         kernel_name = packed_name(kernel)
         base = kernel_name[: -len(RESIDUAL)] if with_residual(kernel_name) else kernel_name
-        if base not in DENSE + CONV:
+        if base not in DENSE + CONV + CONV_TRANSPOSE:
             return None
         args = list(kernel.args[1].fields)
         at = epilogue_index(kernel_name)
