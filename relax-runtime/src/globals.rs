@@ -70,3 +70,20 @@ pub(crate) fn raise(api: &Api, kind: &str, message: &str) {
     // SAFETY: both are valid C strings; TVM copies them into the raised error.
     unsafe { (api.ffi.TVMFFIErrorSetRaisedFromCStr)(kind.as_ptr(), message.as_ptr()) };
 }
+
+/// Whether a global function named `name` is registered (TVM's builtins, relax-runtime's).
+pub(crate) fn is_global(api: &Api, name: &str) -> bool {
+    let bytes = sys::TVMFFIByteArray {
+        data: name.as_ptr().cast(),
+        size: name.len(),
+    };
+    let mut handle: sys::TVMFFIObjectHandle = std::ptr::null_mut();
+    // SAFETY: `bytes` describes a live string; `handle` receives an owned function or null.
+    let status = unsafe { (api.ffi.TVMFFIFunctionGetGlobal)(&bytes, &mut handle) };
+    if handle.is_null() {
+        return false;
+    }
+    // SAFETY: `handle` is the owned reference the lookup returned, released once.
+    unsafe { (api.ffi.TVMFFIObjectDecRef)(handle) };
+    status == 0
+}

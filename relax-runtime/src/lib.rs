@@ -47,6 +47,21 @@
 //! sha256 recorded at build time and loaded from an in-memory file, so models load on
 //! a read-only file system and with a `noexec` `/tmp`.
 //!
+//! # Profiling
+//!
+//! With `RELAX_PROFILE=1` (read when the first model loads), every VM of a model
+//! reports each call it makes (Relax VM's `set_instrument`), and relax-runtime times
+//! the calls made from Rust: [`Session::profile`] returns a [`Profile`] with a row per
+//! call target ([`CallKind`]: a relax-kernels kernel, a function TVM compiled into the
+//! library, a VM builtin, a Relax function), and each model prints it to stderr when
+//! dropped. A row's time is its own, without the calls it made, so the rows add up to
+//! the time spent in the model's calls. Off, it costs nothing: no instrument is set.
+//!
+//! With `RELAX_PERF_MAP=1`, each library embedded by `include_model!` appends its
+//! functions to `/tmp/perf-<pid>.map` when it loads, so that `perf report` names them
+//! (perf sees the in-memory file as anonymous memory). Both variables are in the one
+//! environment-variable table (relax-build's docs).
+//!
 //! # Element types
 //!
 //! [`Tensor::from_slice`] and [`Tensor::as_slice`] take `f32`, `f64`, `i8`..`i64`,
@@ -80,6 +95,7 @@ mod sys;
 mod api;
 mod device;
 mod dtype;
+mod elf;
 mod error;
 mod globals;
 mod kernels;
@@ -87,6 +103,8 @@ mod library;
 mod locate;
 mod object;
 mod outputs;
+mod perf_map;
+mod profile;
 mod runtime;
 mod session;
 mod tensor;
@@ -109,6 +127,8 @@ pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use locate::RUNTIME_DIR_VARIABLE;
+pub use perf_map::PERF_MAP_VARIABLE;
+pub use profile::{CallKind, Profile, ProfileRow, PROFILE_VARIABLE};
 pub use session::Session;
 pub use tensor::Tensor;
 pub use threads::{set_threads_per_call, threads_per_call};

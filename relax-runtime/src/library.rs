@@ -6,7 +6,8 @@
 //! loader opens as `/proc/self/fd/<n>`; the file stays open, and the library loaded,
 //! for the life of the process, so a descriptor number is never reused for another
 //! library (the dynamic loader recognizes libraries by path). Each embedded library is
-//! loaded once per process however many models are loaded from it.
+//! loaded once per process however many models are loaded from it. With
+//! `RELAX_PERF_MAP=1` its functions are named for perf ([`perf_map`]).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -19,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::object::{self, argument, Callee, Object, Value, LOAD_SHARED_LIBRARY};
+use crate::perf_map;
 
 /// A loaded model library (a TVM module holding the Relax VM executable).
 pub(crate) struct Library {
@@ -102,6 +104,15 @@ pub(crate) fn load_embedded(
     let memory_file = memory_file(model, bytes)?;
     let path = format!("/proc/self/fd/{}", memory_file.as_raw_fd());
     let module = load_module(model, Path::new(&path), &origin)?;
+    if perf_map::enabled() {
+        // A help for perf, not a reason to refuse the model: said, then carried on.
+        if let Err(message) = perf_map::append(model, &memory_file, Path::new(&path), bytes) {
+            eprintln!(
+                "relax-runtime: {}=1: no perf map for model `{model}`: {message}",
+                perf_map::PERF_MAP_VARIABLE
+            );
+        }
+    }
     let library = Arc::new(Library {
         module,
         origin,

@@ -187,6 +187,51 @@ pub(crate) unsafe fn byte_array_to_string(bytes: &sys::TVMFFIByteArray) -> Strin
     String::from_utf8_lossy(slice).into_owned()
 }
 
+/// The text of a string value (a raw C string, a small string or a string object),
+/// lossily; `None` for a value of another kind.
+///
+/// # Safety
+/// `any` must be a valid value, alive during the call.
+pub(crate) unsafe fn string_value(any: &sys::TVMFFIAny) -> Option<String> {
+    match any.type_index {
+        sys::TVMFFITypeIndex_kTVMFFIRawStr => {
+            // SAFETY: a raw string value holds a NUL-terminated C string.
+            let text = unsafe { CStr::from_ptr(any.__bindgen_anon_2.v_c_str) };
+            Some(text.to_string_lossy().into_owned())
+        }
+        sys::TVMFFITypeIndex_kTVMFFISmallStr => {
+            // SAFETY: a small string keeps its length in small_str_len and its bytes
+            // (at most 7) in v_bytes.
+            let (length, bytes) = unsafe {
+                (
+                    any.__bindgen_anon_1.small_str_len,
+                    any.__bindgen_anon_2.v_bytes,
+                )
+            };
+            let bytes: Vec<u8> = bytes
+                .iter()
+                .take(length as usize)
+                .map(|&byte| byte as u8)
+                .collect();
+            Some(String::from_utf8_lossy(&bytes).into_owned())
+        }
+        sys::TVMFFITypeIndex_kTVMFFIStr => {
+            // SAFETY: a string object's payload, after the object header, is its byte
+            // array (TVMFFIStrGetByteArrayPtr), valid while the object lives.
+            Some(unsafe {
+                let cell = any
+                    .__bindgen_anon_2
+                    .v_obj
+                    .cast::<u8>()
+                    .add(std::mem::size_of::<sys::TVMFFIObject>())
+                    .cast::<sys::TVMFFIByteArray>();
+                byte_array_to_string(&*cell)
+            })
+        }
+        _ => None,
+    }
+}
+
 /// A function to call: an [`Object`] of ours, or one of the runtime's globals.
 pub(crate) enum Callee<'a> {
     Object(&'a Object),

@@ -30,7 +30,7 @@ use crate::api::Api;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::globals;
-use crate::object::Object;
+use crate::object::{self, Object};
 use crate::sys;
 use crate::tensor::{checked_bytes, cpu_dlpack, tvm_tensor_from_dlpack, ALIGNMENT};
 
@@ -80,12 +80,20 @@ fn output_tensor(args: &[sys::TVMFFIAny]) -> std::result::Result<Object, String>
             shape.type_index
         ));
     }
-    if dtype.type_index != sys::TVMFFITypeIndex_kTVMFFIDataType {
-        return Err(format!(
-            "{OUTPUT}: its second argument must be a dtype, but is of type index {}",
-            dtype.type_index
-        ));
-    }
+    let dtype = if dtype.type_index == sys::TVMFFITypeIndex_kTVMFFIDataType {
+        // SAFETY: a dtype-typed value holds a DLDataType.
+        DType::from_dlpack(unsafe { dtype.__bindgen_anon_2.v_dtype })
+    } else {
+        // A VM with an instrument (`RELAX_PROFILE=1`) passes dtypes as their names.
+        // SAFETY: TVM passes valid values, alive during the call.
+        let name = unsafe { object::string_value(dtype) }.ok_or_else(|| {
+            format!(
+                "{OUTPUT}: its second argument must be a dtype, but is of type index {}",
+                dtype.type_index
+            )
+        })?;
+        DType::parse(&name).ok_or_else(|| format!("{OUTPUT}: `{name}` is not a dtype"))?
+    };
     // SAFETY: a shape-typed value holds a live shape object, borrowed for the call; its
     // payload is a TVMFFIShapeCell whose `size` sizes follow at `data`, alive with it.
     let sizes = unsafe {
@@ -100,8 +108,6 @@ fn output_tensor(args: &[sys::TVMFFIAny]) -> std::result::Result<Object, String>
             std::slice::from_raw_parts(cell.data, cell.size)
         }
     };
-    // SAFETY: a dtype-typed value holds a DLDataType.
-    let dtype = DType::from_dlpack(unsafe { dtype.__bindgen_anon_2.v_dtype });
     zeroed_tvm_tensor(dtype, sizes).map_err(|error| format!("{OUTPUT}: {error}"))
 }
 

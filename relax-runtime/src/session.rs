@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::library;
 use crate::locate::Hints;
 use crate::private::EmbeddedModel;
+use crate::profile::{self, Profile};
 use crate::runtime;
 use crate::signature::ModelSignature;
 use crate::tensor::Tensor;
@@ -99,11 +100,13 @@ impl Session {
         device: Device,
     ) -> Result<Session> {
         let weights = weights::load(&signature, weight_bytes)?;
+        let signature_name = signature.name.clone();
         let model = Arc::new(Model {
             library,
             signature,
             weights,
             device,
+            profiler: profile::enabled().then(|| Arc::new(profile::Profiler::new(&signature_name))),
         });
         // One VM now, so that a model that cannot run fails at load time.
         let first = Instance::create(&model)?;
@@ -136,6 +139,22 @@ impl Session {
             .functions
             .iter()
             .map(|function| function.name.as_str())
+    }
+
+    /// Where the model's calls spent their time so far (every thread's, and those of
+    /// its [`VirtualMachine`]s), or `None` when profiling is off: set `RELAX_PROFILE=1`
+    /// before the first model loads. The same table goes to stderr when the model is
+    /// dropped. See the crate docs' "Profiling" section.
+    pub fn profile(&self) -> Option<Profile> {
+        self.model.profile()
+    }
+
+    /// Forgets the profile so far (to leave warm-up calls out); nothing when
+    /// profiling is off.
+    pub fn reset_profile(&self) {
+        if let Some(profiler) = &self.model.profiler {
+            profiler.reset();
+        }
     }
 
     /// A VM of the model for this thread's exclusive use (no pool involved).

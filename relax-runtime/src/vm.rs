@@ -11,6 +11,7 @@ use crate::device::{Device, DeviceKind};
 use crate::error::{Error, Result};
 use crate::library::Library;
 use crate::object::{self, argument, Callee, Object, Value};
+use crate::profile::{Profile, Profiler};
 use crate::signature::{FunctionSignature, ModelSignature};
 use crate::sys;
 use crate::tensor::Tensor;
@@ -31,6 +32,23 @@ pub(crate) struct Model {
     /// Per function (by signature index), its weights in argument order.
     pub(crate) weights: Vec<Vec<Tensor>>,
     pub(crate) device: Device,
+    /// Set when `RELAX_PROFILE` turned profiling on.
+    pub(crate) profiler: Option<Arc<Profiler>>,
+}
+
+impl Model {
+    /// The profile so far, when profiling is on.
+    pub(crate) fn profile(&self) -> Option<Profile> {
+        self.profiler.as_ref().map(|profiler| profiler.report())
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        if let Some(profile) = self.profile().filter(|profile| profile.calls > 0) {
+            eprint!("{profile}");
+        }
+    }
 }
 
 /// One VM, initialized for the model's device, with its functions looked up.
@@ -75,6 +93,9 @@ impl Instance {
         object::call(Callee::Object(&initialization), &mut arguments, || {
             format!("initializing a VM of model `{name}` on {device:?}")
         })?;
+        if let Some(profiler) = &model.profiler {
+            profiler.attach(&module, name)?;
+        }
         let functions = model
             .signature
             .functions
@@ -103,6 +124,15 @@ impl Instance {
     /// Up to 16 arguments (inputs and weights) are passed from the stack; tensors made
     /// in Rust are wrapped for TVM on their first call only.
     pub(crate) fn call(&self, model: &Model, index: usize, inputs: &[&Tensor]) -> Result<Output> {
+        match &model.profiler {
+            None => self.call_unprofiled(model, index, inputs),
+            Some(profiler) => profiler.time_call(&model.signature.functions[index].name, || {
+                self.call_unprofiled(model, index, inputs)
+            }),
+        }
+    }
+
+    fn call_unprofiled(&self, model: &Model, index: usize, inputs: &[&Tensor]) -> Result<Output> {
         let signature = &model.signature.functions[index];
         signature.check_inputs(&model.signature.name, inputs)?;
         crate::threads::apply_to_this_thread()?;
