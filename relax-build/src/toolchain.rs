@@ -305,7 +305,7 @@ impl LockSource {
     }
 }
 
-/// What [`provision`] did.
+/// What provisioning the managed toolchain did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Provisioned {
     /// The toolchain was complete for the same lock: nothing was run.

@@ -19,15 +19,7 @@ const TIMED: Duration = Duration::from_millis(400);
 
 /// Deterministic values in [-1, 1).
 fn values(count: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
+    relax_kernels::test_values(count, seed, 1.0)
 }
 
 /// One row of the table.

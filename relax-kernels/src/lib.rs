@@ -119,6 +119,8 @@ mod strips;
 mod tensor;
 mod winograd;
 
+#[doc(hidden)]
+pub use parallel::test_values;
 pub use parallel::{inline, threads, Launch};
 pub use tensor::{Argument, Arguments};
 

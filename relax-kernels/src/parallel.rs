@@ -135,9 +135,9 @@ pub(crate) fn chunk(
     boundary(part)..boundary(part + 1).max(boundary(part))
 }
 
-/// Deterministic values in [-scale, scale), for the kernels' tests.
-#[cfg(test)]
-pub(crate) fn test_values(count: usize, seed: u64, scale: f32) -> Vec<f32> {
+/// Deterministic values in [-scale, scale), for the kernels' tests and benchmarks.
+#[doc(hidden)]
+pub fn test_values(count: usize, seed: u64, scale: f32) -> Vec<f32> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..count)
         .map(|_| {

@@ -5,15 +5,7 @@ use relax_kernels::{inline, kernel, threads, Argument, Arguments, Launch};
 
 /// Deterministic values in [-1, 1).
 fn values(count: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
+    relax_kernels::test_values(count, seed, 1.0)
 }
 
 /// `relax_runtime.dense_bias` with ReLU of x[37, 96] and w[70, 96] (transposed).
