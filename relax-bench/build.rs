@@ -1,5 +1,6 @@
 //! Generates ResNet-50 and the other image models (their random weights, 5 to 100 MB
-//! each, are not committed) into OUT_DIR,
+//! each, are not committed) into OUT_DIR, and torch_cnn.py's weights and its ONNX export
+//! (with torch, which relax-build installs into its toolchain for PyTorch sources),
 //! compiles the models, then writes the ONNX graph of MiniLM for onnxruntime from the
 //! weights the `minilm` model fetched.
 
@@ -28,9 +29,14 @@ fn main() {
         PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR is set"));
     let script = here.join("models/make_models.py");
     println!("cargo::rerun-if-changed={}", script.display());
-    let python = tooling::toolchain(&Config::new())
-        .unwrap_or_else(|error| panic!("relax-bench needs relax-build's toolchain: {error}"))
-        .python;
+    let toolchain = tooling::toolchain(&Config::new())
+        .unwrap_or_else(|error| panic!("relax-bench needs relax-build's toolchain: {error}"));
+    // make_models.py exports torch_cnn with torch before relax-build (which would install
+    // it on its own for that model) compiles the models.
+    toolchain
+        .ensure_torch(tooling::Cargo::BUILD_SCRIPT, "torch_cnn")
+        .unwrap_or_else(|error| panic!("relax-bench needs torch for torch_cnn: {error}"));
+    let python = toolchain.python;
     let models = out_dir.join("models");
     std::fs::create_dir_all(&models).expect("creating OUT_DIR/models");
     for name in GENERATED_MODELS {
@@ -41,6 +47,19 @@ fn main() {
             &models.join(format!("{name}.onnx")),
         );
     }
+    println!(
+        "cargo::rerun-if-changed={}",
+        here.join("models/torch_cnn.py").display()
+    );
+    generate(
+        &python,
+        &script,
+        &[
+            "torch_cnn",
+            &models.join("torch_cnn.safetensors").to_string_lossy(),
+        ],
+        &models.join("torch_cnn.onnx"),
+    );
     relax_build::compile_models();
     let weights = out_dir.join("relax/minilm/weights.safetensors");
     generate(
@@ -51,15 +70,18 @@ fn main() {
     );
 }
 
-/// Runs `make_models.py <args> <output>` unless `output` was made by this version of the script.
+/// Runs `make_models.py <args> <output>` unless `output` was made by this version of the
+/// script (and of the model file `script` imports for it, if any).
 fn generate(python: &Path, script: &Path, args: &[&str], output: &Path) {
     let stamp = output.with_extension("stamp");
+    let imported = script.with_file_name(format!("{}.py", args[0]));
     let version = format!(
-        "{:?} {}",
+        "{:?} {} {}",
         args,
         std::fs::read_to_string(script)
             .expect("reading make_models.py")
-            .len()
+            .len(),
+        std::fs::read_to_string(imported).map_or(0, |text| text.len())
     );
     if output.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(version.as_str())
     {

@@ -1,5 +1,6 @@
-//! Every relax-bench model (default and tuned builds, kernels included) gives
-//! onnxruntime's outputs on the same inputs, within 1e-4 relative to 1 + |expected|.
+//! Every relax-bench model (default and tuned builds, kernels included, and the PyTorch
+//! model's ONNX export compiled too) gives onnxruntime's outputs on the same inputs,
+//! within 1e-4 relative to 1 + |expected|.
 
 use relax_cargo_tests::{run_release, stdout};
 
@@ -28,6 +29,7 @@ fn every_benchmark_model_matches_onnxruntime() {
         "squeezenet",
         "mobilenet_v2",
         "efficientnet_b0",
+        "torch_cnn",
     ] {
         assert!(
             checked
@@ -36,6 +38,13 @@ fn every_benchmark_model_matches_onnxruntime() {
             "{model} was checked: {report}"
         );
     }
+    assert!(
+        checked.iter().any(|line| {
+            let mut words = line.split_whitespace().skip(1);
+            (words.next(), words.next()) == (Some("torch_cnn"), Some("onnx"))
+        }),
+        "torch_cnn's ONNX export was checked: {report}"
+    );
     assert!(!report.contains("FAIL"), "{report}");
     assert!(
         report.ends_with("every output is within 1e-4 of onnxruntime\n"),

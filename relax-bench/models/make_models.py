@@ -3,6 +3,7 @@
     python relax-bench/models/make_models.py                       the small committed models
     python relax-bench/models/make_models.py NAME OUT.onnx         a generated model, NAME one of LIGHT_MODELS or MOBILE_MODELS (relax-bench's build.rs)
     python relax-bench/models/make_models.py minilm WEIGHTS OUT    all-MiniLM-L6-v2 (the bench's ORT side)
+    python relax-bench/models/make_models.py torch_cnn WEIGHTS OUT torch_cnn.py's weights and its ONNX export (needs torch)
 
 mlp_b1.onnx / mlp_b64.onnx  784-128-10 MLP (Gemm, Relu, Gemm) at batch 1 and 64
 matmul.onnx                 C = A @ B, A and B float32[1024, 1024]
@@ -14,7 +15,10 @@ committed: ResNet-50, DenseNet-121, Inception v1 and v2, ShuffleNet and SqueezeN
 architectures onnx ships as backend/test/data/light/light_<name>.onnx with seeded random
 weights; MobileNetV2 and EfficientNet-B0 are built here as PyTorch exports torchvision's,
 with seeded random weights; the MiniLM graph is built here, op for op as an exporter writes a BERT
-encoder, from the safetensors weights the bench's `minilm` model fetches.
+encoder, from the safetensors weights the bench's `minilm` model fetches. torch_cnn.py's
+module gets seeded random weights (a safetensors file, which the bench compiles it with)
+and is exported with those weights to ONNX by torch.onnx.export, for the same model
+compiled from both sources.
 """
 
 import json
@@ -22,6 +26,7 @@ import math
 import os
 import struct
 import sys
+import warnings
 
 import numpy as np
 import onnx
@@ -367,6 +372,77 @@ def minilm(weights_path, path):
     write_atomically(model, path)
 
 
+def save_safetensors(tensors, path):
+    """`tensors` (name -> numpy array) as a safetensors file: an 8-byte little-endian
+    header length, the JSON header, then the raw little-endian values."""
+    dtypes = {np.dtype(np.float32): "F32", np.dtype(np.int64): "I64"}
+    header, offset, blobs = {}, 0, []
+    for name, array in tensors.items():
+        blob = np.ascontiguousarray(array).tobytes()
+        header[name] = {"dtype": dtypes[array.dtype], "shape": list(array.shape), "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "wb") as file:
+        file.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    os.replace(temporary, path)
+
+
+TORCH_CNN_SEED = 18
+
+
+def torch_cnn(weights_path, path):
+    """torch_cnn.py's module with seeded random weights, by its state dict's names:
+    He-scaled convolutions, batch norms near identity (scale in [0.5, 1), shift and
+    running mean in [-0.1, 0.1), running variance in [0.5, 1.5)), a linear layer scaled by
+    1/sqrt(fan in); written as safetensors to `weights_path`, and the module with them
+    exported to ONNX by torch.onnx.export (TorchScript exporter, opset 17, as a PyTorch
+    user exports for onnxruntime: batch norms folded into the convolutions) to `path`."""
+    import torch
+
+    sys.path.insert(0, HERE)
+    from torch_cnn import TorchCnn
+
+    module = TorchCnn().eval()
+    generator = np.random.default_rng(TORCH_CNN_SEED)
+    ranges = {"weight": (0.5, 1.0), "bias": (-0.1, 0.1), "running_mean": (-0.1, 0.1), "running_var": (0.5, 1.5)}
+    norms = {name for name, child in module.named_modules() if isinstance(child, torch.nn.BatchNorm2d)}
+    state = {}
+    for name, value in module.state_dict().items():
+        owner, _, kind = name.rpartition(".")
+        shape = tuple(value.shape)
+        if kind == "num_batches_tracked":
+            array = np.zeros(shape, np.int64)
+        elif owner in norms:
+            array = generator.uniform(*ranges[kind], shape)
+        elif kind == "bias":
+            array = generator.uniform(-0.1, 0.1, shape)
+        else:
+            fan_in = int(np.prod(shape[1:]))
+            scale = math.sqrt((2.0 if len(shape) == 4 else 1.0) / fan_in)
+            array = generator.standard_normal(shape) * scale
+        state[name] = array.astype(value.numpy().dtype)
+    save_safetensors(state, weights_path)
+    module.load_state_dict({name: torch.from_numpy(array.copy()) for name, array in load_safetensors(weights_path).items()}, strict=True)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with torch.no_grad(), warnings.catch_warnings():
+        # (torch 2.9 and later warn that the TorchScript exporter is the legacy one.)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            module,
+            (torch.rand(1, 3, 224, 224),),
+            temporary,
+            input_names=["x"],
+            output_names=["logits"],
+            opset_version=17,
+            dynamo=False,
+        )
+    onnx.checker.check_model(onnx.load(temporary))
+    os.replace(temporary, path)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 1:
         small_models()
@@ -376,5 +452,7 @@ if __name__ == "__main__":
         mobile_model(sys.argv[1], sys.argv[2])
     elif sys.argv[1] == "minilm" and len(sys.argv) == 4:
         minilm(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "torch_cnn" and len(sys.argv) == 4:
+        torch_cnn(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)

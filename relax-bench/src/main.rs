@@ -1,7 +1,9 @@
 //! `cargo run --release -p relax-bench [-- --quick | --check] [--only NAME,...]`: median latency of
 //! TVM-compiled models called through relax-runtime, side by side in one run with
 //! onnxruntime on the same `.onnx` files and inputs, and numpy's matmul (OpenBLAS), all
-//! with the same thread count.
+//! with the same thread count. `torch_cnn` is compiled from a PyTorch module and from its
+//! ONNX export (with the same weights): `torch_vs_onnx_same_model` is the first's median
+//! over the second's.
 //!
 //! Columns: *default* (the model declared with nothing but its source: relax-runtime's
 //! kernels, default schedules, no tuning), *tuned* (meta-schedule records, where the
@@ -38,6 +40,8 @@ relax_runtime::include_model!("squeezenet");
 relax_runtime::include_model!("mobilenet_v2");
 relax_runtime::include_model!("efficientnet_b0");
 relax_runtime::include_model!("minilm");
+relax_runtime::include_model!("torch_cnn");
+relax_runtime::include_model!("torch_cnn_onnx");
 relax_runtime::include_model!("mlp_b1_tuned");
 relax_runtime::include_model!("mlp_b64_tuned");
 relax_runtime::include_model!("matmul_tuned");
@@ -79,6 +83,8 @@ struct Case {
     flops: f64,
     default: Session,
     tuned: Option<Session>,
+    /// For a PyTorch source (`default`): the same model compiled from `onnx`.
+    from_onnx: Option<Session>,
 }
 
 /// How long to measure: at least `seconds` and `min_iterations` calls, but a slow case
@@ -154,11 +160,21 @@ fn main() -> Result<(), Failure> {
         // Rounds of (default, tuned, onnxruntime), so that a noisy spell of the shared
         // machine hits all three alike; each figure is the median of its rounds' medians.
         let (mut defaults, mut tuneds, mut orts) = (Vec::new(), Vec::new(), Vec::new());
+        let mut from_onnxs = Vec::new();
         for _ in 0..rounds {
-            defaults.push(median_call(&case.default, case, &round_timing)?);
+            defaults.push(median_call(
+                &case.default,
+                case.function,
+                case,
+                &round_timing,
+            )?);
             settle(quick);
             if let Some(session) = &case.tuned {
-                tuneds.push(median_call(session, case, &round_timing)?);
+                tuneds.push(median_call(session, case.function, case, &round_timing)?);
+                settle(quick);
+            }
+            if let Some(session) = &case.from_onnx {
+                from_onnxs.push(median_call(session, "main", case, &round_timing)?);
                 settle(quick);
             }
             orts.push(peers.time(case.name)?);
@@ -181,6 +197,25 @@ fn main() -> Result<(), Failure> {
         summary.push((format!("{}_default_vs_ort", case.name), default / ort));
         if let Some(tuned) = tuned {
             summary.push((format!("{}_tuned_vs_ort", case.name), tuned / ort));
+        }
+        if !from_onnxs.is_empty() {
+            let from_onnx = median(&mut from_onnxs);
+            println!(
+                "{:<15} {:>12.1} {:>12} {:>12.1} {:>12.3} {:>10} {:>10.1}   (from its ONNX export; torch/onnx {:.3})",
+                "  from onnx",
+                from_onnx * 1e6,
+                "",
+                ort * 1e6,
+                from_onnx / ort,
+                "",
+                case.flops / from_onnx / 1e9,
+                default / from_onnx
+            );
+            summary.push((
+                format!("{}_onnx_default_vs_ort", case.name),
+                from_onnx / ort,
+            ));
+            summary.push(("torch_vs_onnx_same_model".to_string(), default / from_onnx));
         }
         if case.name == "add" {
             summary.push(("add_overhead_us".to_string(), best * 1e6));
@@ -267,6 +302,8 @@ fn main() -> Result<(), Failure> {
         "squeezenet_default_vs_ort",
         "mobilenet_v2_default_vs_ort",
         "efficientnet_b0_default_vs_ort",
+        "torch_cnn_default_vs_ort",
+        "torch_vs_onnx_same_model",
     ];
     let line: Vec<String> = keys
         .iter()
@@ -333,6 +370,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             flops: minilm_flops(batch as f64, seq as f64),
             default: minilm::Model::load()?.into_session(),
             tuned,
+            from_onnx: None,
         })
     };
     drop(minilm);
@@ -345,6 +383,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             flops: mlp_flops(1.0),
             default: mlp_b1::Model::load()?.into_session(),
             tuned: Some(mlp_b1_tuned::Model::load()?.into_session()),
+            from_onnx: None,
         },
         Case {
             name: "mlp_b64",
@@ -354,6 +393,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             flops: mlp_flops(64.0),
             default: mlp_b64::Model::load()?.into_session(),
             tuned: Some(mlp_b64_tuned::Model::load()?.into_session()),
+            from_onnx: None,
         },
         Case {
             name: "cnn",
@@ -363,6 +403,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             flops: 2.0 * 16.0 * 3.0 * 9.0 * 224.0 * 224.0 + 2.0 * 16.0 * 10.0,
             default: cnn::Model::load()?.into_session(),
             tuned: Some(cnn_tuned::Model::load()?.into_session()),
+            from_onnx: None,
         },
         Case {
             name: "matmul",
@@ -372,6 +413,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             flops: 2.0 * 1024f64.powi(3),
             default: matmul::Model::load()?.into_session(),
             tuned: Some(matmul_tuned::Model::load()?.into_session()),
+            from_onnx: None,
         },
         Case {
             name: "add",
@@ -381,6 +423,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             flops: 4.0,
             default: add::Model::load()?.into_session(),
             tuned: None,
+            from_onnx: None,
         },
         minilm_case("minilm_s16", 1, 16, None)?,
         minilm_case(
@@ -398,6 +441,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             flops: 2.0 * 4.1e9,
             default: resnet50::Model::load()?.into_session(),
             tuned: Some(resnet50_tuned::Model::load()?.into_session()),
+            from_onnx: None,
         },
         light_case(
             &generated,
@@ -448,6 +492,17 @@ fn cases() -> Result<Vec<Case>, Failure> {
             2.0 * 0.386e9,
             efficientnet_b0::Model::load()?.into_session(),
         ),
+        Case {
+            name: "torch_cnn",
+            onnx: generated.join("torch_cnn.onnx"),
+            function: "forward",
+            inputs: vec![float("x", &[1, 3, 224, 224])],
+            // Twice its multiply-adds: stem 59M, stages 116M + 3 x 103M, classifier 0.3M.
+            flops: 2.0 * 0.484e9,
+            default: torch_cnn::Model::load()?.into_session(),
+            tuned: None,
+            from_onnx: Some(torch_cnn_onnx::Model::load()?.into_session()),
+        },
     ])
 }
 
@@ -473,6 +528,7 @@ fn light_case(
         flops,
         default,
         tuned: None,
+        from_onnx: None,
     }
 }
 
@@ -508,10 +564,15 @@ fn inputs(case: &Case) -> Result<Vec<Tensor>, Failure> {
         .collect()
 }
 
-/// Median seconds of one call with the case's inputs.
-fn median_call(session: &Session, case: &Case, timing: &Timing) -> Result<f64, Failure> {
+/// Median seconds of one call of `function` with the case's inputs.
+fn median_call(
+    session: &Session,
+    function: &str,
+    case: &Case,
+    timing: &Timing,
+) -> Result<f64, Failure> {
     let vm = session.virtual_machine()?;
-    let function = vm.function(case.function)?;
+    let function = vm.function(function)?;
     let inputs = inputs(case)?;
     let arguments: Vec<&Tensor> = inputs.iter().collect();
     let warmup_started = Instant::now();
@@ -726,12 +787,13 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
         let inputs = inputs(case)?;
         let arguments: Vec<&Tensor> = inputs.iter().collect();
         let builds = [
-            ("default", Some(&case.default)),
-            ("tuned", case.tuned.as_ref()),
+            ("default", Some(&case.default), case.function),
+            ("tuned", case.tuned.as_ref(), case.function),
+            ("onnx", case.from_onnx.as_ref(), "main"),
         ];
-        for (build, session) in builds {
+        for (build, session, function) in builds {
             let Some(session) = session else { continue };
-            let output = session.call(case.function, &arguments)?;
+            let output = session.call(function, &arguments)?;
             let tensor = output.into_tensor().ok_or("a tuple output")?;
             let ours = tensor.as_slice::<f32>()?;
             let worst = ours

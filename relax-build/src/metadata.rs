@@ -70,31 +70,34 @@ impl Metadata {
     }
 }
 
-/// A model with a `$OUT_DIR/...` source, declared in a manifest read outside a build
-/// script (by `cargo relax`) with no `OUT_DIR` given: only a build can compile it.
+/// A model with a `$OUT_DIR/...` source or weights file, declared in a manifest read
+/// outside a build script (by `cargo relax`) with no `OUT_DIR` given: only a build can
+/// compile it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Generated {
     /// The model's name.
     pub name: String,
-    /// The source as the manifest writes it.
-    pub source: String,
+    /// The key that names a generated file: `source` or `weights`.
+    pub key: &'static str,
+    /// That file as the manifest writes it.
+    pub file: String,
     /// `tune = { ... }` is declared.
     pub tunes: bool,
 }
 
 impl Generated {
-    /// The error for using the model outside a build script, naming its `source` key in
-    /// `manifest_path`.
+    /// The error for using the model outside a build script, naming its `source` (or
+    /// `weights`) key in `manifest_path`.
     pub fn error(&self, manifest_path: &Path) -> Error {
         Error::ManifestKey {
             path: manifest_path.to_path_buf(),
-            key: format!("{ROOT_KEY}.models.{}.source", self.name),
+            key: format!("{ROOT_KEY}.models.{}.{}", self.name, self.key),
             message: format!(
                 "`{}` names a file the package's build script generates, and only a build \
                  knows that folder: `cargo relax` cannot compile or prepare this model (`cargo \
                  relax tune` runs the build script first; `cargo build` compiles it); to prepare \
-                 it, have the file at a path in the package and give that path as `source`",
-                self.source
+                 it, have the file at a path in the package and give that path as `{}`",
+                self.file, self.key
             ),
         }
     }
@@ -579,11 +582,18 @@ pub fn parse_with(
             ));
         }
         let raw: RawModel = keys.deserialize(value, &model_key)?;
-        if let (Some(source), None) = (&raw.source, out_dir) {
-            if source.starts_with("$OUT_DIR/") {
+        if out_dir.is_none() {
+            let weights = raw.weights.as_ref().and_then(toml::Value::as_str);
+            let generated_file = [("source", raw.source.as_deref()), ("weights", weights)]
+                .into_iter()
+                .find_map(|(key, file)| {
+                    Some((key, file?)).filter(|(_, file)| file.starts_with("$OUT_DIR/"))
+                });
+            if let Some((key, file)) = generated_file {
                 generated.push(Generated {
+                    key,
+                    file: file.to_string(),
                     name,
-                    source: source.clone(),
                     tunes: raw.tune.is_some(),
                 });
                 continue;
@@ -925,7 +935,11 @@ fn file_source(
 ) -> Result<FileSource> {
     let raw = match value {
         toml::Value::String(path) => {
-            let full = manifest_dir.join(&path);
+            // `$OUT_DIR/...`: a file the build script writes before compiling the models.
+            let full = match (path.strip_prefix("$OUT_DIR/"), keys.out_dir) {
+                (Some(rest), Some(out_dir)) => out_dir.join(rest),
+                _ => manifest_dir.join(&path),
+            };
             if !full.is_file() {
                 return Err(keys.error(
                     key,

@@ -498,7 +498,8 @@ fn a_generated_source_read_outside_a_build_script_is_set_aside_with_its_error() 
         metadata.generated,
         vec![Generated {
             name: "big".to_string(),
-            source: "$OUT_DIR/big.onnx".to_string(),
+            key: "source",
+            file: "$OUT_DIR/big.onnx".to_string(),
             tunes: true,
         }]
     );
@@ -524,6 +525,47 @@ fn a_generated_source_read_outside_a_build_script_is_set_aside_with_its_error() 
     assert_eq!(
         metadata.models[1].source,
         package.dir.path().join("big.onnx")
+    );
+}
+
+#[test]
+fn generated_weights_are_set_aside_outside_a_build_script_and_found_in_out_dir() {
+    let package = Package::new();
+    let text = format!(
+        "{LINEAR}[package.metadata.relax.models.net]\nsource = \"models/linear.py\"\nentry = \"Linear\"\n\
+         weights = \"$OUT_DIR/net.safetensors\"\ninputs.forward = {{ x = \"float32[1, 4]\" }}\n"
+    );
+    let metadata = package.parse(&text).unwrap();
+    assert_eq!(
+        metadata.generated,
+        vec![Generated {
+            name: "net".to_string(),
+            key: "weights",
+            file: "$OUT_DIR/net.safetensors".to_string(),
+            tunes: false,
+        }]
+    );
+    let message = metadata.generated[0]
+        .error(&package.dir.path().join("Cargo.toml"))
+        .to_string();
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.net.weights`: `$OUT_DIR/net.safetensors` names a file the package's build script generates",
+    );
+
+    let out_dir = tempfile::tempdir().unwrap();
+    std::fs::write(out_dir.path().join("net.safetensors"), b"x").unwrap();
+    let metadata = parse_with(
+        &text,
+        package.dir.path(),
+        &package.dir.path().join("Cargo.toml"),
+        Some(out_dir.path()),
+    )
+    .unwrap();
+    assert!(metadata.generated.is_empty());
+    assert_eq!(
+        metadata.models[1].weights_source(),
+        Some(&FileSource::Local(out_dir.path().join("net.safetensors")))
     );
 }
 
