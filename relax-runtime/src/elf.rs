@@ -175,6 +175,20 @@ pub(crate) mod tests {
         library
     }
 
+    /// A copy of `library` stripped by binutils' `strip` (only `.dynsym` left), as
+    /// `dir/name`.
+    pub(crate) fn stripped_copy(dir: &Path, library: &Path, name: &str) -> PathBuf {
+        let stripped = dir.join(name);
+        let status = std::process::Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(library)
+            .status()
+            .expect("running binutils' `strip`");
+        assert!(status.success());
+        stripped
+    }
+
     /// Exported functions, a static one reached through a data pointer, and one
     /// (`body`) whose address `relax_probe_launch` passes on, as TVM's functions pass
     /// the parallel loop bodies they outline to TVMBackendParallelLaunch.
@@ -220,14 +234,7 @@ pub(crate) mod tests {
         // A stripped library keeps .dynsym only; its exports are still found.
         let dir = tempfile::tempdir().unwrap();
         let library = build_library(dir.path(), PROBE);
-        let stripped = dir.path().join("stripped.so");
-        let status = std::process::Command::new("strip")
-            .arg("-o")
-            .arg(&stripped)
-            .arg(&library)
-            .status()
-            .expect("running binutils' `strip`");
-        assert!(status.success());
+        let stripped = stripped_copy(dir.path(), &library, "stripped.so");
         let symbols = function_symbols(&std::fs::read(&stripped).unwrap()).unwrap();
         let names: Vec<&str> = symbols.iter().map(|symbol| symbol.name.as_str()).collect();
         assert!(names.contains(&"relax_probe_add"), "{names:?}");

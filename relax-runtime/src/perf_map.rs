@@ -310,7 +310,7 @@ pub(crate) fn load_base(loaded_as: &Path) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::elf::tests::{build_library, PROBE};
+    use crate::elf::tests::{build_library, stripped_copy, PROBE};
 
     #[test]
     fn each_line_names_a_function_where_the_loader_put_it() {
@@ -350,14 +350,7 @@ mod tests {
     fn code_without_a_symbol_is_named_after_the_function_that_takes_its_address() {
         let dir = tempfile::tempdir().unwrap();
         let library = build_library(dir.path(), PROBE);
-        let stripped = dir.path().join("libstripped.so");
-        let status = std::process::Command::new("strip")
-            .arg("-o")
-            .arg(&stripped)
-            .arg(&library)
-            .status()
-            .expect("running binutils' `strip`");
-        assert!(status.success());
+        let stripped = stripped_copy(dir.path(), &library, "libstripped.so");
         // SAFETY: the probe library has no initializers; `relax_probe_launch` takes and
         // returns an int, as declared here.
         let loaded = unsafe { libloading::Library::new(&stripped) }.unwrap();
