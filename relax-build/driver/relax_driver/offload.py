@@ -127,6 +127,16 @@ def epilogue_index(name):
     return -2 if with_residual(name) else -1
 
 
+def conv_settings(attrs):
+    """A (transposed) convolution's strides, padding (top, left, bottom, right), dilation
+    and groups, as the kernels' integer arguments."""
+    padding = [int(p) for p in attrs.padding]
+    if len(padding) == 2:
+        padding = [padding[0], padding[1], padding[0], padding[1]]
+    settings = [int(s) for s in attrs.strides] + padding + [int(d) for d in attrs.dilation] + [int(attrs.groups)]
+    return [int_value(value) for value in settings]
+
+
 def int_value(value):
     return relax.expr.prim_value(int(value))
 
@@ -283,11 +293,7 @@ class Block:
             return None
         if not is_float32(x, w, call) or rank(x) != (5 if blocked else 4) or rank(w) not in (4, 5):
             return None
-        padding = [int(p) for p in attrs.padding]
-        if len(padding) == 2:
-            padding = [padding[0], padding[1], padding[0], padding[1]]
-        settings = [int(s) for s in attrs.strides] + padding + [int(d) for d in attrs.dilation] + [int(attrs.groups)]
-        return packed("relax_runtime.conv2d", [x, w] + [int_value(v) for v in settings] + [int_value(0)], call.ty)
+        return packed("relax_runtime.conv2d", [x, w] + conv_settings(attrs) + [int_value(0)], call.ty)
 
     def conv2d_transpose(self, call):
         """ONNX's ConvTranspose (NCHW, its kernel `[C, F / groups, KH, KW]`) to the
@@ -299,12 +305,7 @@ class Block:
             return None
         if not is_float32(x, w, call) or rank(x) != 4 or rank(w) != 4 or rank(call) != 4:
             return None
-        padding = [int(p) for p in attrs.padding]
-        if len(padding) == 2:
-            padding = [padding[0], padding[1], padding[0], padding[1]]
-        settings = [int(s) for s in attrs.strides] + padding + [int(d) for d in attrs.dilation] + [int(attrs.groups)]
-        args = [x, w] + [int_value(v) for v in settings] + [int_value(0)]
-        return packed("relax_runtime.conv2d_transpose", args, call.ty)
+        return packed("relax_runtime.conv2d_transpose", [x, w] + conv_settings(attrs) + [int_value(0)], call.ty)
 
     def blocked_kernel(self, w, attrs):
         """The OIHW weight whose `layout_transform` to OIHW16i16o `w` is (a constant packed
