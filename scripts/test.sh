@@ -27,7 +27,7 @@ export CARGO_PROFILE_DEV_DEBUG=line-tables-only
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 # docs.rs builds the libraries with DOCS_RS=1 on a machine without Python or TVM.
-DOCS_RS=1 RUSTDOCFLAGS="-D warnings" RELAX_PYTHON=/nonexistent/python cargo doc --no-deps -p relax-build -p relax-kernels -p relax-runtime -p relax-runtime-macros
+DOCS_RS=1 RUSTDOCFLAGS="-D warnings" RELAX_PYTHON=/nonexistent/python cargo doc --no-deps -p relax-build -p relax-kernels -p relax-perf-map -p relax-runtime -p relax-runtime-macros
 # The benchmark and the soak run in their short modes, so that they cannot rot (figures:
 # `cargo run --release -p relax-bench`; tests/bench_outputs.rs checks its models' outputs).
 cargo run --release -p relax-bench -- --quick
@@ -47,8 +47,8 @@ CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linu
 # registry/src/-<hash>/ per checkout folder and built as registry crates. It neither
 # extracts nor rebuilds a name and version it has seen, so copies from an earlier run
 # would stand in for today's: both go first, and the check builds in its own folder.
-rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/{relax-build,relax-kernels,relax-runtime,relax-runtime-macros,cargo-relax}-[0-9]* target/publish-check
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/{relax-build,relax-kernels,relax-perf-map,relax-runtime,relax-runtime-macros,cargo-relax}-[0-9]* target/publish-check
 CARGO_TARGET_DIR=target/publish-check \
-  cargo publish --dry-run --allow-dirty -p relax-kernels -p relax-runtime-macros -p relax-runtime -p relax-build -p cargo-relax
+  cargo publish --dry-run --allow-dirty -p relax-kernels -p relax-perf-map -p relax-runtime-macros -p relax-runtime -p relax-build -p cargo-relax
 rm -rf target/publish-check
 

@@ -432,6 +432,7 @@ fn no_crate_of_the_repository_has_a_module_cycle() {
     }
     for crate_dir in [
         "relax-kernels",
+        "relax-perf-map",
         "relax-runtime",
         "relax-build",
         "cargo-relax",

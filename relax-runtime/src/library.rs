@@ -7,7 +7,7 @@
 //! for the life of the process, so a descriptor number is never reused for another
 //! library (the dynamic loader recognizes libraries by path). Each embedded library is
 //! loaded once per process however many models are loaded from it. With
-//! `RELAX_PERF_MAP=1` its functions are named for perf ([`perf_map`]).
+//! `RELAX_PERF_MAP=1` its functions are named for perf ([`relax_perf_map`]).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -20,7 +20,6 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::object::{self, argument, Callee, Object, Value, LOAD_SHARED_LIBRARY};
-use crate::perf_map;
 
 /// A loaded model library (a TVM module holding the Relax VM executable).
 pub(crate) struct Library {
@@ -104,12 +103,16 @@ pub(crate) fn load_embedded(
     let memory_file = memory_file(model, bytes)?;
     let path = format!("/proc/self/fd/{}", memory_file.as_raw_fd());
     let module = load_module(model, Path::new(&path), &origin)?;
-    if perf_map::enabled() {
+    if relax_perf_map::enabled() {
         // A help for perf, not a reason to refuse the model: said, then carried on.
-        if let Err(message) = perf_map::append(model, &memory_file, Path::new(&path), bytes) {
+        // SAFETY: `memory_file` holds the library just loaded; none of its code runs
+        // yet (the caller holds the loading lock, and only TVM's loader has seen it),
+        // and nothing else maps it.
+        let named = unsafe { relax_perf_map::append(model, &memory_file, Path::new(&path), bytes) };
+        if let Err(message) = named {
             eprintln!(
                 "relax-runtime: {}=1: no perf map for model `{model}`: {message}",
-                perf_map::PERF_MAP_VARIABLE
+                relax_perf_map::PERF_MAP_VARIABLE
             );
         }
     }

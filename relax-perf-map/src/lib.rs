@@ -1,4 +1,7 @@
-//! Naming a model's functions for `perf` (`RELAX_PERF_MAP=1`).
+//! Naming the functions of a library loaded from an in-memory file for `perf`.
+//!
+//! relax-runtime calls [`append`] for each model it loads when `RELAX_PERF_MAP=1`
+//! ([`enabled`]).
 //!
 //! A library embedded by `include_model!` is loaded from an in-memory file, which perf
 //! cannot open afterwards: its samples show as bare offsets in
@@ -20,32 +23,44 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::elf;
+mod elf;
 
 /// The variable that makes relax-runtime write the perf map (`1`, `true` or `yes`).
 pub const PERF_MAP_VARIABLE: &str = "RELAX_PERF_MAP";
 
 /// Whether `RELAX_PERF_MAP` asks for the perf map (read once per process).
-pub(crate) fn enabled() -> bool {
+pub fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| crate::profile::flag(PERF_MAP_VARIABLE))
+    *ENABLED.get_or_init(|| {
+        std::env::var(PERF_MAP_VARIABLE).is_ok_and(|value| {
+            ["1", "true", "yes"]
+                .iter()
+                .any(|yes| value.trim().eq_ignore_ascii_case(yes))
+        })
+    })
 }
 
 /// The perf map of this process.
-pub(crate) fn path() -> PathBuf {
+pub fn path() -> PathBuf {
     PathBuf::from(format!("/tmp/perf-{}.map", std::process::id()))
 }
 
 /// Makes the code of the library loaded from `file` (as `loaded_as`, the path given to
 /// the dynamic loader, whose bytes are `bytes`) anonymous memory, and appends its
 /// functions to the perf map.
-pub(crate) fn append(
+///
+/// # Safety
+/// `file` must be an in-memory file (`memfd_create`) holding a library the dynamic
+/// loader has just loaded, none of whose code runs and none of whose executable
+/// mappings anyone writes or unmaps until this returns.
+pub unsafe fn append(
     model: &str,
     file: &File,
     loaded_as: &Path,
     bytes: &[u8],
 ) -> Result<(), String> {
-    make_code_anonymous(file)?;
+    // SAFETY: the caller's contract.
+    unsafe { make_code_anonymous(file) }?;
     let base = load_base(loaded_as).ok_or_else(|| {
         format!(
             "the dynamic loader lists no library loaded as {}",
@@ -66,7 +81,10 @@ pub(crate) fn append(
 
 /// Replaces each executable mapping of `file` by anonymous memory with the same bytes
 /// and protection, so that perf looks its addresses up in the perf map.
-fn make_code_anonymous(file: &File) -> Result<(), String> {
+///
+/// # Safety
+/// As [`append`]: nobody runs, writes or unmaps the file's executable mappings meanwhile.
+unsafe fn make_code_anonymous(file: &File) -> Result<(), String> {
     let inode = file
         .metadata()
         .map_err(|error| format!("reading its in-memory file's inode: {error}"))?
@@ -97,9 +115,8 @@ fn make_code_anonymous(file: &File) -> Result<(), String> {
         if perms[0] == b'r' {
             protection |= libc::PROT_READ;
         }
-        // SAFETY: the range is a whole mapping of the library just loaded, none of
-        // whose code runs yet (the caller holds the loading lock, and only TVM's
-        // loader has seen the library); the bytes are copied before the move.
+        // SAFETY: the range is a whole readable mapping of the file, which nobody uses
+        // meanwhile (the caller's contract); the bytes are copied before the move.
         unsafe { move_to_anonymous(range.0, range.1 - range.0, protection) }?;
     }
     Ok(())
@@ -275,7 +292,7 @@ fn referenced_addresses(code: &[u8], address: u64) -> Vec<u64> {
 
 /// The load base (`l_addr`: what symbol values are relative to) of the library that
 /// the dynamic loader loaded under the name `loaded_as`.
-pub(crate) fn load_base(loaded_as: &Path) -> Option<usize> {
+pub fn load_base(loaded_as: &Path) -> Option<usize> {
     struct Search<'a> {
         name: &'a [u8],
         base: Option<usize>,
@@ -409,7 +426,8 @@ mod tests {
                 .any(|line| line.split_whitespace().nth(4) == Some(inode.as_str()))
         };
         assert!(listed());
-        make_code_anonymous(&file).unwrap();
+        // SAFETY: the mapping above is this test's alone, and nothing runs it.
+        unsafe { make_code_anonymous(&file) }.unwrap();
         assert!(!listed(), "the in-memory file is still mapped");
         // SAFETY: the range is still mapped (now anonymous), readable, 8192 bytes.
         let now = unsafe { std::slice::from_raw_parts(address.cast::<u8>(), bytes.len()) };
