@@ -51,7 +51,7 @@
 //!
 //! ## Layout
 //! One module per algorithm family (`gemm`, `conv`, `winograd`, `blocked`,
-//! `blocked_winograd`, `depthwise`, `filter_panels`, `strips`, `rows`, `recurrent`), over
+//! `blocked_winograd`, `depthwise`, `filter_panels`, `strips`, `rows`, `recurrent`, `resize`), over
 //! leaves for the shared pieces: `simd` (instruction-set dispatch: AVX-512, AVX2 + FMA, or
 //! portable), `epilogue`, `panels`, `parallel`, `scratch`, `edges`, `caches`, `tensor`.
 //! Each tile is tested against the portable path and a naive loop. Per-layer figures:
@@ -88,6 +88,7 @@
 //! | `relax_runtime.layer_norm` | `x[.., N], gamma[N], beta[N], epsilon, out` |
 //! | `relax_runtime.reduce_trailing` | `x, axes, mean, out`: sum (mean when `mean` is 1) over the last `axes` axes |
 //! | `relax_runtime.recurrent` | an RNN, GRU or LSTM layer's steps over its input projection (see `recurrent`) |
+//! | `relax_runtime.resize` | ONNX's Resize with scales or sizes known at run time (see `resize`) |
 //!
 //! `w` is `[N, K]` with `transpose_w = 1` (`x · wᵀ`, as `nn.Linear` stores it), else
 //! `[K, N]`; `epilogue` is the activation that follows: 0 none, 1 ReLU, 2 GELU (erf),
@@ -112,6 +113,7 @@ mod gemm;
 mod panels;
 mod parallel;
 mod recurrent;
+mod resize;
 mod rows;
 mod scratch;
 mod simd;
@@ -161,6 +163,7 @@ pub const KERNELS: &[(&str, Kernel)] = &[
     ("relax_runtime.layer_norm", rows::layer_norm),
     ("relax_runtime.reduce_trailing", rows::reduce_trailing),
     ("relax_runtime.recurrent", recurrent::recurrent),
+    ("relax_runtime.resize", resize::resize),
 ];
 
 /// The kernel registered as `name`, if there is one.

@@ -6,16 +6,27 @@ antialiasing, `axes`, `keep_aspect_ratio_policy` or half_pixel_symmetric. Those 
 are built here: each resized axis (of static length) is resampled on its own, as ONNX's
 separable definition allows, by a constant (out, in) weight matrix computed at import
 (nearest: a gather of indices). Every other form goes to TVM's resize operator, given
-the output sizes computed here.
+the output sizes computed here. Scales or sizes known only at run time (a graph input,
+or computed from one) go to relax-kernels' `relax_runtime.resize` (float32): the output
+dims are computed in the graph and become new symbolic dims, and the kernel derives the
+same sizes and scales, checks the output against them, and resamples.
 """
 
 import math
 
 import numpy as np
 from tvm import relax
+from tvm.ir.prim.expr import IntImm as tvm_int
 from tvm.relax.frontend.onnx import onnx_frontend
 
-from .common import constant_value, dtype_of, rank_of, static_dims
+from .common import constant_value, dtype_of, rank_of, shape_of_tensor, static_dims
+
+# relax_runtime.resize's numbering of the attributes' values.
+MODES = ("nearest", "linear", "cubic")
+COORDINATES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+               "tf_crop_and_resize")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+POLICIES = ("stretch", "not_larger", "not_smaller")
 
 
 def text(attr, name, default):
@@ -134,11 +145,15 @@ class Resize(onnx_frontend.OnnxOpConverter):
         roi = constant_value(inputs[1], params) if inputs[1] is not None else None
         scales = constant_value(inputs[2], params) if inputs[2] is not None else None
         sizes = constant_value(inputs[3], params) if inputs[3] is not None else None
-        if dims is None or ((scales is None or scales.size == 0) and (sizes is None or sizes.size == 0)):
-            # Computed at run time (or unknown input dims): TVM's importer decides.
-            return onnx_frontend.Resize._impl_v18(bb, inputs, attr, params)
         rank = rank_of(x)
         axes = [axis + rank if axis < 0 else axis for axis in attr.get("axes", range(rank))]
+        given = (scales is not None and scales.size) or (sizes is not None and sizes.size)
+        if not given and dtype_of(x) == "float32" and rank > 0:
+            return runtime_resize(bb, inputs, axes, attr)
+        if dims is None or not given:
+            # Unknown input dims with constant scales or sizes, or another type: TVM's
+            # importer decides.
+            return onnx_frontend.Resize._impl_v18(bb, inputs, attr, params)
         settings = {
             "mode": text(attr, "mode", "nearest"),
             "coordinates": text(attr, "coordinate_transformation_mode", "half_pixel"),
@@ -184,6 +199,80 @@ class Resize(onnx_frontend.OnnxOpConverter):
             info = np.iinfo(dtype)
             result = relax.op.clip(relax.op.round(result), int(info.min), int(info.max))
         return relax.op.astype(result, dtype)
+
+
+def runtime_resize(bb, inputs, axes, attr):
+    """Resize by scales or sizes known at run time, on relax_runtime.resize."""
+    x, roi, scales, sizes = inputs[0], inputs[1], inputs[2], inputs[3]
+    rank = rank_of(x)
+    by_sizes = sizes is not None and not is_empty(sizes)
+    values = bb.emit(relax.op.astype(sizes if by_sizes else scales, "float64"))
+    with_roi = roi is not None and not is_empty(roi)
+    roi = bb.emit(relax.op.astype(roi, "float64")) if with_roi else None
+
+    def element(tensor, index):
+        return relax.op.take(tensor, relax.const(np.array([index], "int64")), axis=0)
+
+    def constant(value):
+        return relax.const(np.array([value], "float64"), "float64")
+
+    dims = bb.emit(relax.op.astype(relax.op.shape_to_tensor(relax.op.shape_of(x)), "float64"))
+    rows, listed_values = [], []
+    for axis in range(rank):
+        listed = axis in axes
+        position = axes.index(axis) if listed else None
+        value = element(values, position) if listed else (element(dims, axis) if by_sizes else constant(1.0))
+        if listed:
+            listed_values.append(value)
+        start = element(roi, position) if listed and with_roi else constant(0.0)
+        end = element(roi, len(axes) + position) if listed and with_roi else constant(1.0)
+        rows += [constant(1.0 if listed else 0.0), value, start, end]
+    sizing = bb.emit(relax.op.astype(relax.op.concat(rows, axis=0), "float32"))
+    policy = text(attr, "keep_aspect_ratio_policy", "stretch") if by_sizes else "stretch"
+    if not by_sizes:
+        full = relax.op.concat([rows[4 * axis + 1] for axis in range(rank)], axis=0)
+        out = relax.op.floor(relax.op.multiply(dims, full))
+    elif policy == "stretch":
+        out = relax.op.concat([rows[4 * axis + 1] for axis in range(rank)], axis=0)
+    else:
+        ratios = relax.op.divide(relax.op.concat(listed_values, axis=0),
+                                 relax.op.concat([element(dims, axis) for axis in axes], axis=0))
+        pick = relax.op.min if policy == "not_larger" else relax.op.max
+        scale = pick(ratios, axis=0, keepdims=True)
+        listed = relax.const(np.array([axis in axes for axis in range(rank)]))
+        out = relax.op.where(listed, relax.op.floor(relax.op.add(relax.op.multiply(dims, scale), constant(0.5))),
+                             dims)
+    out = bb.emit(relax.op.astype(out, "int64"))
+    shape = shape_of_tensor(bb, out, [f"resized_{axis}" for axis in range(rank)])
+    mode = text(attr, "mode", "nearest")
+    integers = [
+        int(by_sizes),
+        POLICIES.index(policy),
+        MODES.index(mode),
+        COORDINATES.index(text(attr, "coordinate_transformation_mode", "half_pixel")),
+        NEAREST_MODES.index(text(attr, "nearest_mode", "round_prefer_floor")),
+    ]
+    arguments = [x, sizing] + [relax.expr.prim_value(value) for value in integers] + [
+        relax.expr.prim_value(float(attr.get("cubic_coeff_a", -0.75))),
+        relax.expr.prim_value(int(attr.get("exclude_outside", 0))),
+        relax.expr.prim_value(float(attr.get("extrapolation_value", 0.0))),
+        relax.expr.prim_value(int(bool(attr.get("antialias", 0)) and mode != "nearest")),
+    ]
+    out_type = relax.TensorType(list(shape.ty.values), "float32")
+    resized = bb.emit(relax.call_dps_packed(relax.ExternFunc("relax_runtime.resize"), arguments, out_ty=out_type))
+    # call_dps_packed takes the output's dims themselves, which leaves the shape variable
+    # unused, and dead code elimination would drop the match_cast that computes them. The
+    # VM's own reshape to the variable (a view of the same tensor, no copy) uses it.
+    return relax.call_pure_packed("vm.builtin.reshape", resized, shape, ty_args=out_type)
+
+
+def is_empty(expr):
+    """Whether a tensor expression has no elements (an empty constant, as exporters write
+    for the unused one of scales and sizes)."""
+    shape = expr.ty.shape if hasattr(expr.ty, "shape") else None
+    return isinstance(shape, relax.ShapeExpr) and any(
+        isinstance(dim, tvm_int) and int(dim) == 0 for dim in shape.values
+    )
 
 
 def tvm_resize_agrees(settings, dims, scales, sizes, roi, attr, rank):
