@@ -108,6 +108,9 @@ pub enum WeightLayout {
     BlockedWinograd,
     /// The same in Winograd F(4x4, 3x3) form, `[36, ceil(out / 64), in, 64]`.
     BlockedWinograd4,
+    /// A tensor with its last two dims swapped, `[.., b, a]`: the file holds `[.., a, b]`
+    /// (a recurrent layer's `R`).
+    Transposed,
 }
 
 impl TensorType {
@@ -143,6 +146,10 @@ impl TensorType {
                     kernel_w.clone(),
                 ],
                 (other, _) => other.to_vec(),
+            },
+            WeightLayout::Transposed => match self.shape.as_slice() {
+                [outer @ .., b, a] => outer.iter().chain([a, b]).cloned().collect(),
+                other => other.to_vec(),
             },
             WeightLayout::BlockedWinograd | WeightLayout::BlockedWinograd4 => {
                 match (self.shape.as_slice(), self.columns) {
@@ -239,6 +246,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(blocked_winograd4.stored_shape(), dims(&[130, 64, 3, 3]));
+        let transposed: TensorType = serde_json::from_str(
+            r#"{"name": "r", "dtype": "float32", "shape": [2, 128, 512], "layout": "transposed"}"#,
+        )
+        .unwrap();
+        assert_eq!(transposed.stored_shape(), dims(&[2, 512, 128]));
         let plain: TensorType =
             serde_json::from_str(r#"{"name": "w", "dtype": "float32", "shape": [4]}"#).unwrap();
         assert_eq!(plain.layout, WeightLayout::Stored);

@@ -370,7 +370,7 @@ fn recurrent_row(quick: bool) -> Row {
         vec![0f32; batch * hidden],
         vec![0f32; batch * hidden],
     );
-    let (xw_shape, r_shape, rb_shape) = ([1, t, b, g * h], [1, g * h, h], [1, g * h]);
+    let (xw_shape, r_shape, rb_shape) = ([1, t, b, g * h], [1, h, g * h], [1, g * h]);
     let (p_shape, state_shape, y_shape) = ([1, 3 * h], [1, b, h], [t, 1, b, h]);
     let mut args = vec![
         Argument::input(&xw, &xw_shape).expect("xw fits"),

@@ -81,6 +81,9 @@ pub enum WeightLayout {
     BlockedWinograd,
     /// The same in Winograd F(4x4, 3x3) form, `[36, ceil(out / 64), in, 64]`.
     BlockedWinograd4,
+    /// A float32 tensor with its last two dims swapped, `[.., b, a]`: stored `[.., a, b]`
+    /// (a recurrent layer's `R`, which the recurrent kernel reads transposed).
+    Transposed,
 }
 
 impl WeightLayout {
@@ -93,6 +96,9 @@ impl WeightLayout {
         };
         match (self, shape, columns) {
             (WeightLayout::Stored, _, _) => Some(shape.to_vec()),
+            (WeightLayout::Transposed, [outer @ .., b, a], _) => {
+                Some(outer.iter().chain([a, b]).cloned().collect())
+            }
             (
                 WeightLayout::Panels,
                 [Dim::Static(panels), depth @ Dim::Static(_), Dim::Static(64)],

@@ -86,6 +86,7 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
             WeightLayout::BlockedWinograd4 => {
                 blocked_winograd(view.shape(), view.data(), WinogradTile::Four)?
             }
+            WeightLayout::Transposed => transposed(view.shape(), view.data())?,
         };
         // The library does not check the weights it is passed (the driver drops the VM's
         // checks of what relax-runtime checks), so a packed form must be the one it takes.
@@ -174,6 +175,27 @@ fn panels(shape: &[usize], data: &[u8], layout: WeightLayout) -> Result<Tensor> 
     Tensor::from_slice(&packed, &dims)
 }
 
+/// A float32 tensor stored `[.., a, b]` as `[.., b, a]`.
+fn transposed(shape: &[usize], data: &[u8]) -> Result<Tensor> {
+    let values = floats(data);
+    let (rows, columns) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+    let mut swapped = vec![0f32; values.len()];
+    for (from, to) in values
+        .chunks_exact((rows * columns).max(1))
+        .zip(swapped.chunks_exact_mut((rows * columns).max(1)))
+    {
+        for (row, values) in from.chunks_exact(columns.max(1)).enumerate() {
+            for (column, &value) in values.iter().enumerate() {
+                to[column * rows + row] = value;
+            }
+        }
+    }
+    let mut dims = shape.to_vec();
+    let last = dims.len() - 1;
+    dims.swap(last - 1, last);
+    Tensor::from_slice(&swapped, &dims)
+}
+
 fn dtype_of(dtype: StDtype) -> Option<DType> {
     Some(match dtype {
         StDtype::BOOL => DType::BOOL,
@@ -246,6 +268,28 @@ mod tests {
             assert_eq!(row[..2], [k as f32, 3.0 + k as f32]);
             assert!(row[2..].iter().all(|&value| value == 0.0));
         }
+    }
+
+    #[test]
+    fn a_transposed_weight_has_its_last_two_dims_swapped() {
+        let json = r#"{"model": "m", "tvm_version": "0.27.0.post1", "target": "{}", "functions": [
+            {"name": "main", "inputs": [], "outputs": [], "returns_tuple": false,
+             "weights": [{"name": "w", "dtype": "float32", "shape": [3, 2], "layout": "transposed"}]}]}"#;
+        let signature = ModelSignature::from_json("m", json).unwrap();
+        let weights = load(&signature, Some(&file())).unwrap();
+        assert_eq!(weights[0][0].shape(), [3, 2]);
+        assert_eq!(
+            weights[0][0].as_slice::<f32>().unwrap(),
+            [0., 3., 1., 4., 2., 5.]
+        );
+        // Taken as [2, 3] it would be stored [3, 2], which the file's [2, 3] is not.
+        let wrong = json.replace("[3, 2]", "[2, 3]");
+        let signature = ModelSignature::from_json("m", &wrong).unwrap();
+        let error = load(&signature, Some(&file())).unwrap_err().to_string();
+        assert!(
+            error.contains("but the model expects float32[3, 2]"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -711,6 +711,67 @@ def panel_weights(function):
     return function, chosen
 
 
+RECURRENT = "relax_runtime.recurrent"
+
+
+def recurrent_weights(function):
+    """Takes the recurrence weights `R` of recurrent layers (`[D, G*H, H]` parameters that
+    the kernel gets transposed, as `permute_dims(R, [0, 2, 1])`: see
+    onnx_ops/recurrent.py) as `[D, H, G*H]` parameters, transposed once at load, so that
+    no call transposes them. Only a parameter whose one use is that transposition, and
+    whose transposition only the kernel's calls read (as their argument 1), is taken so.
+
+    Returns the function and {parameter index: "transposed"}.
+    """
+    attrs = function.attrs if function.attrs is not None else {}
+    num_input = int(attrs["num_input"]) if "num_input" in attrs else len(function.params)
+    weights = {param: index for index, param in enumerate(function.params) if index >= num_input and rank(param) == 3}
+    uses = count_uses(function)
+    transposed = {}
+    recurrence_uses = {}
+    for block in function.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if (
+                op_name(value) == "relax.permute_dims"
+                and value.args[0] in weights
+                and [int(axis) for axis in value.attrs.axes] == [0, 2, 1]
+            ):
+                transposed[binding.var] = value.args[0]
+            if packed_name(value) == RECURRENT:
+                fields = list(value.args[1].fields)
+                if fields[1] in transposed and not any(field.same_as(fields[1]) for field in fields[2:] + fields[:1]):
+                    recurrence_uses[fields[1]] = recurrence_uses.get(fields[1], 0) + 1
+    chosen = {
+        var: param
+        for var, param in transposed.items()
+        if uses.get(param) == 1 and recurrence_uses.get(var, 0) == uses.get(var, 0) > 0
+    }
+    if not chosen:
+        return function, {}
+    replacement = {}
+    for var, param in chosen.items():
+        d = dims(param)
+        replacement[var] = relax.Var(param.name, relax.TensorType([d[0], d[2], d[1]], tensor_type(param).dtype))
+
+    def replaced(binding):
+        if packed_name(binding.value) != RECURRENT:
+            return None
+        args = list(binding.value.args[1].fields)
+        if args[1] not in replacement:
+            return None
+        args[1] = replacement[args[1]]
+        out_type = binding.var.ty
+        # The kernel's three outputs: a tuple type, which call_dps_packed takes as a list.
+        return packed(RECURRENT, args, list(out_type.fields) if isinstance(out_type, relax.TupleType) else out_type)
+
+    by_param = {param: replacement[var] for var, param in chosen.items()}
+    params = [by_param.get(param, param) for param in function.params]
+    body = rewritten_body(function, replaced)
+    rewritten = without_unused_bindings(relax.Function(params, body, function.ret_ty, function.is_pure, function.attrs))
+    return rewritten, {weights[param]: "transposed" for param in chosen.values()}
+
+
 # Which Winograd variant beats im2col, measured per layer on one thread (relax-runtime's
 # kernels, medians of 15 calls; time / im2col's):
 #   64 channels over 56x56: F(2x2) 0.81, F(4x4) 0.67;   32 over 56x56: 1.06, 0.80
@@ -970,8 +1031,8 @@ def rewrite(ir_module, target):
     """The module with its matmuls and convolutions rewritten into kernel calls, and, per
     function name, how it takes each weight parameter it takes otherwise than stored
     (index -> {"layout": "panels", "transposed_panels", "winograd", "winograd4",
-    "filter_panels", "blocked_winograd" or "blocked_winograd4", "columns": N of packed
-    ones})."""
+    "filter_panels", "blocked_winograd", "blocked_winograd4" or "transposed", "columns": N
+    of packed ones})."""
     del target  # the kernels choose their instructions at run time
     module = ir_module
     layouts = {}
@@ -980,6 +1041,8 @@ def rewrite(ir_module, target):
             rewritten = rewrite_function(function, ir_module)
             rewritten, packed = panel_weights(rewritten)
             rewritten, winograd = winograd_weights(rewritten)
+            rewritten, recurrent = recurrent_weights(rewritten)
+            winograd.update(recurrent)
             rewritten, filter_panels = filter_panel_weights(rewritten)
             rewritten, blocked_winograd_taken = blocked_winograd_weights(rewritten)
             rewritten = blocked_kernels_packed(rewritten, {rewritten.params[index] for index in blocked_winograd_taken})

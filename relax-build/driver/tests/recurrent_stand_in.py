@@ -84,6 +84,8 @@ def recurrent(xw, r, rb, p, seq_lens, h0, c0, kind, direction, linear_before_res
     """The kernel: `rest` is the activations' (code, alpha, beta) triples, then the
     outputs y, y_h, y_c to write."""
     xw, r, rb, p = xw.numpy(), r.numpy(), rb.numpy(), p.numpy()
+    # The kernel takes R transposed per direction, [D, H, G*H]; the steps read ONNX's.
+    r = r.transpose(0, 2, 1)
     seq_lens, h0, c0 = seq_lens.numpy(), h0.numpy(), c0.numpy()
     *act_values, y_out, y_h_out, y_c_out = rest
     num_directions, steps, batch, _ = xw.shape

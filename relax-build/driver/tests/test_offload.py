@@ -222,3 +222,52 @@ class Silu(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def gru_model(hidden=8, inputs=5):
+    """A GRU layer over x [T, 1, inputs] (T symbolic), its weights as initializers."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {
+        "w": rng.standard_normal((1, 3 * hidden, inputs)).astype(np.float32),
+        "r": rng.standard_normal((1, 3 * hidden, hidden)).astype(np.float32),
+        "b": rng.standard_normal((1, 6 * hidden)).astype(np.float32),
+    }
+    node = helper.make_node("GRU", ["x", "w", "r", "b"], ["y"], hidden_size=hidden)
+    graph = helper.make_graph(
+        [node],
+        "gru",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", 1, inputs])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", 1, 1, hidden])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+class RecurrentWeights(unittest.TestCase):
+    def test_a_recurrence_weight_parameter_is_taken_transposed_at_load(self):
+        from tvm.relax.frontend.onnx import from_onnx
+
+        from relax_driver import onnx_ops
+
+        with onnx_ops.registered():
+            module = from_onnx(gru_model(), keep_params_in_input=True)
+        module, layouts = offload.rewrite(module, None)
+        function = module["main"]
+        taken = layouts["main"]
+        (index,) = [index for index, layout in taken.items() if layout == {"layout": "transposed"}]
+        # Stored [1, 3 * 8, 8]; taken [1, 8, 3 * 8], straight into the kernel's call.
+        self.assertEqual([int(dim) for dim in function.params[index].ty.shape.values], [1, 8, 24])
+        calls = [
+            binding.value
+            for block in function.body.blocks
+            for binding in block.bindings
+            if offload.packed_name(binding.value) == "relax_runtime.recurrent"
+        ]
+        self.assertEqual(len(calls), 1)
+        self.assertTrue(calls[0].args[1].fields[1].same_as(function.params[index]))
+        ops = {offload.op_name(binding.value) for block in function.body.blocks for binding in block.bindings}
+        self.assertNotIn("relax.permute_dims", ops)

@@ -145,6 +145,15 @@ fn check(layer: Layer, sizes: Sizes, lengths: Vec<usize>) {
     let peephole_count = directions * 3 * hidden;
     let xw = test_values(directions * steps * batch * width, 1, 1.5);
     let r = test_values(directions * width * hidden, 2, 0.4);
+    // The kernel's layout: each direction's [G*H][H] transposed.
+    let mut columns = vec![0f32; r.len()];
+    for (direction, weights) in r.chunks_exact(width * hidden).enumerate() {
+        for (row, values) in weights.chunks_exact(hidden).enumerate() {
+            for (k, &value) in values.iter().enumerate() {
+                columns[(direction * hidden + k) * width + row] = value;
+            }
+        }
+    }
     let rb = test_values(directions * width, 3, 0.5);
     let peepholes = test_values(peephole_count, 4, 0.5);
     let h0 = test_values(states, 5, 1.0);
@@ -166,7 +175,11 @@ fn check(layer: Layer, sizes: Sizes, lengths: Vec<usize>) {
         y_h: &mut y_h,
         y_c: &mut y_c,
     };
-    run(&layer, sizes, &inputs, outputs, three_threads).unwrap();
+    let transposed = Inputs {
+        r: &columns,
+        ..inputs
+    };
+    run(&layer, sizes, &transposed, outputs, three_threads).unwrap();
     let (want_y, want_h, want_c) = reference(&layer, sizes, &inputs);
     for (name, got, want) in [
         ("y", &y, &want_y),
@@ -306,7 +319,7 @@ fn tensors_of_other_shapes_are_named_with_the_shape_expected() {
     let view = |shape: &'static [i64]| View::of(data, shape);
     let inputs = [
         view(&[1, 2, 1, 12]),
-        view(&[1, 12, 3]),
+        view(&[1, 3, 12]),
         view(&[1, 12]),
         view(&[1, 8]),
         view(&[0]),
@@ -322,4 +335,11 @@ fn tensors_of_other_shapes_are_named_with_the_shape_expected() {
     let mut fixed = inputs;
     fixed[3] = view(&[1, 9]);
     check_shapes(&lstm, sizes, &fixed, [&y, &state, &state]).unwrap();
+    // R in ONNX's layout, not transposed, is refused.
+    fixed[1] = view(&[1, 12, 3]);
+    let error = check_shapes(&lstm, sizes, &fixed, [&y, &state, &state]).unwrap_err();
+    assert!(
+        error.starts_with("r has shape [1, 12, 3], expected [1, 3, 12]"),
+        "{error}"
+    );
 }

@@ -5,7 +5,8 @@ input projection of every step as one matmul in Relax, then hands the sequential
 to the runtime's kernel `relax_runtime.recurrent` through `R.call_dps_packed`:
 
     args: 0 xw [D, T, B, G*H]   (X @ W[d]^T + Wb[d], gates in ONNX order)
-          1 r [D, G*H, H]       (ONNX R as is)
+          1 r [D, H, G*H]       (ONNX R transposed per direction; numpy transposes a
+                                constant R at import)
           2 rb [D, G*H]         (the recurrence bias; zeros when the model has no B)
           3 p [D, 3*H]          (LSTM peepholes i, o, f; zeros if absent or not an LSTM)
           4 seq_lens float32 [B], or float32 [0] when every sequence has T steps
@@ -102,6 +103,11 @@ def float32(bb, expr):
     return bb.emit(relax.op.astype(expr, "float32"))
 
 
+def constant_array(expr):
+    """The float32 numpy value of a constant, or None."""
+    return expr.value.numpy().astype(np.float32) if isinstance(expr, Constant) else None
+
+
 def zeros(shape):
     return relax.op.zeros(relax.ShapeExpr(shape), "float32")
 
@@ -133,13 +139,29 @@ class Recurrent(OnnxOpConverter):
         hidden = r.ty.shape.values[2]
         width = cls.gates * hidden
 
-        # The input projection of every step and direction: [1, T, B, I] @ [D, 1, I, G*H].
-        weights_t = relax.op.expand_dims(relax.op.permute_dims(w, [0, 2, 1]), 1)
-        xw = relax.op.matmul(relax.op.expand_dims(x, 0), weights_t)
-        if bias is not None:
+        # The input projection of every step, per direction: [T, B, I] @ [I, G*H] + bias,
+        # stacked to [D, T, B, G*H]. With constant weights, each direction's product has
+        # a constant 2-D right operand, which offload.py runs on the dense kernel.
+        weight_values = constant_array(w)
+        bias_values = constant_array(float32(bb, bias)) if bias is not None else None
+        projections = []
+        for d in range(num_directions):
+            if weight_values is not None:
+                weight_t = relax.const(np.ascontiguousarray(weight_values[d].T))
+            else:
+                weight_t = relax.op.permute_dims(relax.op.take(w, relax.const(d, "int64"), axis=0), [1, 0])
+            projection = relax.op.matmul(x, weight_t)
+            if bias_values is not None:
+                projection = relax.op.add(projection, relax.const(np.ascontiguousarray(bias_values[d, : bias_values.shape[1] // 2])))
+            elif bias is not None:
+                row = relax.op.take(float32(bb, bias), relax.const(d, "int64"), axis=0)
+                projection = relax.op.add(projection, relax.op.strided_slice(row, axes=[0], begin=[0], end=[width]))
+            projections.append(relax.op.expand_dims(bb.emit(projection), 0))
+        xw = projections[0] if num_directions == 1 else relax.op.concat(projections, axis=0)
+        if bias_values is not None:
+            recurrence_bias = relax.const(np.ascontiguousarray(bias_values[:, bias_values.shape[1] // 2 :]))
+        elif bias is not None:
             bias = float32(bb, bias)
-            input_bias = relax.op.strided_slice(bias, axes=[1], begin=[0], end=[width])
-            xw = relax.op.add(xw, relax.op.reshape(input_bias, [num_directions, 1, 1, width]))
             recurrence_bias = relax.op.strided_slice(bias, axes=[1], begin=[width], end=[2 * width])
         else:
             recurrence_bias = zeros([num_directions, width])
@@ -155,6 +177,11 @@ class Recurrent(OnnxOpConverter):
         initial_h = zeros(state_shape) if initial_h is None else float32(bb, initial_h)
         initial_c = zeros(state_shape) if initial_c is None else float32(bb, initial_c)
 
+        recurrence_values = constant_array(r)
+        if recurrence_values is not None:
+            r = relax.const(np.ascontiguousarray(recurrence_values.transpose(0, 2, 1)))
+        else:
+            r = relax.op.permute_dims(r, [0, 2, 1])
         tensors = [xw, r, recurrence_bias, peepholes, seq_lens, initial_h, initial_c]
         args = [tensor if isinstance(tensor, (relax.Var, Constant)) else bb.emit(tensor) for tensor in tensors]
         args += [
