@@ -10,8 +10,9 @@ use std::process::Command;
 use relax_build::{tooling, Config};
 
 /// The models make_models.py generates: from onnx's light architectures (its
-/// LIGHT_MODELS) and the mobile ones it writes itself (MOBILE_MODELS).
-const GENERATED_MODELS: [&str; 8] = [
+/// LIGHT_MODELS), the mobile ones it writes itself (MOBILE_MODELS) and the recurrent ones
+/// (RECURRENT_MODELS).
+const GENERATED_MODELS: [&str; 10] = [
     "resnet50",
     "densenet121",
     "inception_v1",
@@ -20,6 +21,8 @@ const GENERATED_MODELS: [&str; 8] = [
     "squeezenet",
     "mobilenet_v2",
     "efficientnet_b0",
+    "crnn",
+    "gru",
 ];
 
 fn main() {

@@ -4,6 +4,7 @@
     python relax-bench/models/make_models.py NAME OUT.onnx         a generated model, NAME one of LIGHT_MODELS or MOBILE_MODELS (relax-bench's build.rs)
     python relax-bench/models/make_models.py minilm WEIGHTS OUT    all-MiniLM-L6-v2 (the bench's ORT side)
     python relax-bench/models/make_models.py torch_cnn WEIGHTS OUT torch_cnn.py's weights and its ONNX export (needs torch)
+    python relax-bench/models/make_models.py crnn|gru OUT.onnx     a recurrent model with a symbolic time dim
 
 mlp_b1.onnx / mlp_b64.onnx  784-128-10 MLP (Gemm, Relu, Gemm) at batch 1 and 64
 matmul.onnx                 C = A @ B, A and B float32[1024, 1024]
@@ -19,6 +20,12 @@ encoder, from the safetensors weights the bench's `minilm` model fetches. torch_
 module gets seeded random weights (a safetensors file, which the bench compiles it with)
 and is exported with those weights to ONNX by torch.onnx.export, for the same model
 compiled from both sources.
+
+crnn and gru are shaped as the text recognizers and speech models users export: crnn a
+CRNN (four 3x3 convolutions with pooling to one row, the columns as a sequence, two
+bidirectional LSTM layers of 128, a linear layer to 97 classes) on a 1x1x32xW grey image,
+W symbolic; gru two GRU layers of 256 over [T, 1, 80] filterbank frames, T symbolic, and
+a linear layer to 64 classes.
 """
 
 import json
@@ -443,6 +450,66 @@ def torch_cnn(weights_path, path):
     os.replace(temporary, path)
 
 
+def recurrent_model(name, path):
+    """crnn or gru (see the module's documentation), opset 17, seeded weights."""
+    nodes, initializers = [], []
+
+    def add(op, inputs, output, **attributes):
+        nodes.append(helper.make_node(op, inputs, [output], **attributes))
+        return output
+
+    def constant(name, array):
+        initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def layer_weights(prefix, op, gates, inputs, hidden, directions):
+        w = constant(f"{prefix}_w", (rng.standard_normal((directions, gates * hidden, inputs)) / math.sqrt(inputs)).astype(np.float32))
+        r = constant(f"{prefix}_r", (rng.standard_normal((directions, gates * hidden, hidden)) / math.sqrt(hidden)).astype(np.float32))
+        b = constant(f"{prefix}_b", (rng.standard_normal((directions, 2 * gates * hidden)) * 0.1).astype(np.float32))
+        return [w, r, b]
+
+    def linear(x, prefix, inputs, outputs):
+        w = constant(f"{prefix}_w", (rng.standard_normal((inputs, outputs)) / math.sqrt(inputs)).astype(np.float32))
+        b = constant(f"{prefix}_b", (rng.standard_normal(outputs) * 0.1).astype(np.float32))
+        return add("Add", [add("MatMul", [x, w], f"{prefix}_mm"), b], f"{prefix}_out")
+
+    if name == "crnn":
+        x, channels = "image", 1
+        for index, (filters, pool) in enumerate(((64, (2, 2)), (128, (2, 2)), (256, (2, 1)), (256, (4, 1)))):
+            w = constant(f"c{index}_w", (rng.standard_normal((filters, channels, 3, 3)) / math.sqrt(9 * channels)).astype(np.float32))
+            b = constant(f"c{index}_b", (rng.standard_normal(filters) * 0.1).astype(np.float32))
+            x = add("Relu", [add("Conv", [x, w, b], f"c{index}", pads=[1, 1, 1, 1])], f"r{index}")
+            x = add("MaxPool", [x], f"p{index}", kernel_shape=list(pool), strides=list(pool))
+            channels = filters
+        # [1, 256, 1, W/4] -> [W/4, 1, 256, 1] -> [W/4, 1, 256]: the columns as a sequence.
+        keep_two = constant("keep_two", np.array([0, 0, -1], np.int64))
+        x = add("Reshape", [add("Transpose", [x], "columns", perm=[3, 0, 1, 2]), keep_two], "sequence")
+        width = 256
+        for layer in range(2):
+            y = add("LSTM", [x] + layer_weights(f"lstm{layer}", "LSTM", 4, width, 128, 2), f"lstm{layer}_y",
+                    hidden_size=128, direction="bidirectional")
+            x = add("Reshape", [add("Transpose", [y], f"lstm{layer}_t", perm=[0, 2, 1, 3]), keep_two], f"lstm{layer}_out")
+            width = 256
+        inputs = [tensor("image", [1, 1, 32, "width"])]
+        outputs = [tensor(linear(x, "fc", 256, 97), ["steps", 1, 97])]
+    else:
+        x, width = "frames", 80
+        for layer in range(2):
+            y = add("GRU", [x] + layer_weights(f"gru{layer}", "GRU", 3, width, 256, 1), f"gru{layer}_y",
+                    hidden_size=256, linear_before_reset=1)
+            x = add("Squeeze", [y, constant(f"gru{layer}_axis", np.array([1], np.int64))], f"gru{layer}_out")
+            width = 256
+        inputs = [tensor("frames", ["time", 1, 80])]
+        outputs = [tensor(linear(x, "fc", 256, 64), ["time", 1, 64])]
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="relax-bench")
+    model.ir_version = 8
+    write_atomically(model, path)
+
+
+RECURRENT_MODELS = ("crnn", "gru")
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 1:
         small_models()
@@ -450,6 +517,8 @@ if __name__ == "__main__":
         light_model(sys.argv[1], sys.argv[2])
     elif sys.argv[1] in MOBILE_MODELS and len(sys.argv) == 3:
         mobile_model(sys.argv[1], sys.argv[2])
+    elif sys.argv[1] in RECURRENT_MODELS and len(sys.argv) == 3:
+        recurrent_model(sys.argv[1], sys.argv[2])
     elif sys.argv[1] == "minilm" and len(sys.argv) == 4:
         minilm(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "torch_cnn" and len(sys.argv) == 4:

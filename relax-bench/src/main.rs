@@ -42,6 +42,8 @@ relax_runtime::include_model!("efficientnet_b0");
 relax_runtime::include_model!("minilm");
 relax_runtime::include_model!("torch_cnn");
 relax_runtime::include_model!("torch_cnn_onnx");
+relax_runtime::include_model!("crnn");
+relax_runtime::include_model!("gru");
 relax_runtime::include_model!("mlp_b1_tuned");
 relax_runtime::include_model!("mlp_b64_tuned");
 relax_runtime::include_model!("matmul_tuned");
@@ -217,6 +219,22 @@ fn main() -> Result<(), Failure> {
             ));
             summary.push(("torch_vs_onnx_same_model".to_string(), default / from_onnx));
         }
+        // The recurrent models' row: the worse of their two lengths.
+        for model in ["crnn", "gru"] {
+            let lengths: Vec<f64> = summary
+                .iter()
+                .filter(|(key, _)| {
+                    key.starts_with(&format!("{model}_")) && key.ends_with("_default_vs_ort")
+                })
+                .map(|(_, ratio)| *ratio)
+                .collect();
+            if lengths.len() == 2 && case.name.starts_with(model) {
+                summary.push((
+                    format!("{model}_default_vs_ort"),
+                    lengths[0].max(lengths[1]),
+                ));
+            }
+        }
         if case.name == "add" {
             summary.push(("add_overhead_us".to_string(), best * 1e6));
         }
@@ -304,6 +322,12 @@ fn main() -> Result<(), Failure> {
         "efficientnet_b0_default_vs_ort",
         "torch_cnn_default_vs_ort",
         "torch_vs_onnx_same_model",
+        "crnn_w128_default_vs_ort",
+        "crnn_w512_default_vs_ort",
+        "crnn_default_vs_ort",
+        "gru_t50_default_vs_ort",
+        "gru_t200_default_vs_ort",
+        "gru_default_vs_ort",
     ];
     let line: Vec<String> = keys
         .iter()
@@ -503,7 +527,59 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: None,
             from_onnx: Some(torch_cnn_onnx::Model::load()?.into_session()),
         },
+        recurrent_case(&generated, "crnn_w128", "image", &[1, 1, 32, 128])?,
+        recurrent_case(&generated, "crnn_w512", "image", &[1, 1, 32, 512])?,
+        recurrent_case(&generated, "gru_t50", "frames", &[50, 1, 80])?,
+        recurrent_case(&generated, "gru_t200", "frames", &[200, 1, 80])?,
     ])
+}
+
+/// The recurrent models build.rs generates (make_models.py's crnn and gru), at one
+/// length of their symbolic dim: `name` is the model's, `_`, and the length's tag. One
+/// library per model serves both lengths.
+fn recurrent_case(
+    generated: &Path,
+    name: &'static str,
+    input: &'static str,
+    shape: &[usize],
+) -> Result<Case, Failure> {
+    let (model, default) = if name.starts_with("crnn") {
+        ("crnn", crnn::Model::load()?.into_session())
+    } else {
+        ("gru", gru::Model::load()?.into_session())
+    };
+    // Twice the multiply-adds: crnn's convolutions (per column of the 32-row image:
+    // 64x9 at 32 rows, 128x64x9 at 16 / 2, 256x128x9 at 8 / 4, 256x256x9 at 4 / 4), its
+    // two bidirectional LSTM layers (4 gates of 128 over 256 inputs + 128 state, both
+    // directions) and classifier; gru's two layers (3 gates of 256 over 80 or 256 inputs
+    // + 256 state) and classifier.
+    let flops = if model == "crnn" {
+        let width = shape[3] as f64;
+        let convolutions = width
+            * (64.0 * 9.0 * 32.0
+                + 128.0 * 64.0 * 9.0 * 8.0
+                + 256.0 * 128.0 * 9.0 * 2.0
+                + 256.0 * 256.0 * 9.0);
+        let steps = width / 4.0;
+        2.0 * (convolutions + steps * (2.0 * 2.0 * 4.0 * 128.0 * 384.0 + 256.0 * 97.0))
+    } else {
+        let steps = shape[0] as f64;
+        2.0 * steps * (3.0 * 256.0 * (80.0 + 256.0) + 3.0 * 256.0 * 512.0 + 256.0 * 64.0)
+    };
+    Ok(Case {
+        name,
+        onnx: generated.join(format!("{model}.onnx")),
+        function: "main",
+        inputs: vec![Input {
+            name: input,
+            shape: shape.to_vec(),
+            kind: Kind::Float,
+        }],
+        flops,
+        default,
+        tuned: None,
+        from_onnx: None,
+    })
 }
 
 /// One of the light models build.rs generates besides ResNet-50: one 1x3x224x224 image,
