@@ -77,6 +77,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/onnx_ops/common.py"),
     ),
     (
+        "relax_driver/onnx_ops/elementwise.py",
+        include_str!("../driver/relax_driver/onnx_ops/elementwise.py"),
+    ),
+    (
         "relax_driver/onnx_ops/normalization.py",
         include_str!("../driver/relax_driver/onnx_ops/normalization.py"),
     ),

@@ -487,7 +487,6 @@ fn compare(
         actual.dtype(),
         DType::F16 | DType::BF16 | DType::F32 | DType::F64
     );
-    let relative = tolerance.relative.max(half_precision_slack(actual.dtype()));
     let actual_values = onnx_tensor::values(actual)?;
     let expected_values = onnx_tensor::values(expected)?;
     for (position, (a, e)) in actual_values.iter().zip(&expected_values).enumerate() {
@@ -496,7 +495,9 @@ fn compare(
         } else {
             (a.is_nan() && e.is_nan())
                 || a == e
-                || (a - e).abs() <= tolerance.absolute + relative * e.abs()
+                || (a - e).abs()
+                    <= (tolerance.absolute + tolerance.relative * e.abs())
+                        .max(half_precision_slack(actual.dtype(), *e))
         };
         if !close {
             return Err(format!(
@@ -507,21 +508,47 @@ fn compare(
     Ok(())
 }
 
-/// The relative error a float16 or bfloat16 output may have whatever the tolerance:
-/// four units in the last place of its type (2^-11 and 2^-8 relative), else 0.
+/// The error a float16 or bfloat16 output `expected` may have whatever the tolerance:
+/// four units in the last place of its type at `expected`, else 0.
 ///
 /// The suite's expected outputs are numpy's, computed in the half type with a rounding
 /// after each of its operations, in numpy's order; TVM rounds in its own order (and
 /// fuses), so the two differ by a few units in the last place, more than the suite's
 /// 1e-3 for bfloat16, whose unit is 3.9e-3. (A wrong computation is off by far more.)
-fn half_precision_slack(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => 4.0 * f64::powi(2.0, -11),
-        DType::BF16 => 4.0 * f64::powi(2.0, -8),
-        _ => 0.0,
-    }
+fn half_precision_slack(dtype: DType, expected: f64) -> f64 {
+    // (mantissa bits, the smallest normal exponent)
+    let (mantissa_bits, min_exponent) = match dtype {
+        DType::F16 => (10, -14),
+        DType::BF16 => (7, -126),
+        _ => return 0.0,
+    };
+    let exponent = if expected == 0.0 || !expected.is_finite() {
+        min_exponent
+    } else {
+        (expected.abs().log2().floor() as i32).max(min_exponent)
+    };
+    4.0 * f64::powi(2.0, exponent - mantissa_bits)
 }
 
 fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or_default().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_precision_slack_is_four_units_in_the_last_place() {
+        // float16's unit in [0.5, 1) is 2^-11, in [1024, 2048) 1; bfloat16's in [1, 2) 2^-7.
+        assert_eq!(
+            half_precision_slack(DType::F16, 0.6265),
+            4.0 * 2f64.powi(-11)
+        );
+        assert_eq!(half_precision_slack(DType::F16, -1500.0), 4.0);
+        assert_eq!(half_precision_slack(DType::BF16, 1.5), 4.0 * 2f64.powi(-7));
+        // Zero and subnormals: the smallest normal binade's unit.
+        assert_eq!(half_precision_slack(DType::F16, 0.0), 4.0 * 2f64.powi(-24));
+        assert_eq!(half_precision_slack(DType::F32, 0.6), 0.0);
+    }
 }

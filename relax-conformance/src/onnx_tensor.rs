@@ -44,6 +44,11 @@ fn dtype_of(data_type: i32) -> Option<DType> {
         12 => DType::U32,
         13 => DType::U64,
         16 => DType::BF16,
+        17 => DType::parse("float8_e4m3fn")?,
+        18 => DType::parse("float8_e4m3fnuz")?,
+        19 => DType::parse("float8_e5m2")?,
+        20 => DType::parse("float8_e5m2fnuz")?,
+        24 => DType::parse("float8_e8m0fnu")?,
         _ => return None,
     })
 }
@@ -95,10 +100,18 @@ fn typed_data(proto: &TensorProto, dtype: DType) -> Vec<u8> {
     out
 }
 
-/// Element values as f64 for comparison (float16/bfloat16 widened from their bits).
+/// Element values as f64 for comparison (float16, bfloat16 and the 8-bit floats widened
+/// from their bits).
 pub fn values(tensor: &Tensor) -> Result<Vec<f64>, String> {
     let bytes = tensor.as_bytes().map_err(|error| error.to_string())?;
     let dtype = tensor.dtype();
+    let name = dtype.to_string();
+    if name.starts_with("float8_") {
+        return Ok(bytes
+            .iter()
+            .map(|&byte| float8_to_f64(&name, byte))
+            .collect());
+    }
     let size = dtype.size_in_bytes();
     let read = |chunk: &[u8]| -> f64 {
         let mut word = [0u8; 8];
@@ -119,6 +132,52 @@ pub fn values(tensor: &Tensor) -> Result<Vec<f64>, String> {
     Ok(bytes.chunks_exact(size).map(read).collect())
 }
 
+/// The value of one byte of the 8-bit float format TVM names `name`.
+fn float8_to_f64(name: &str, byte: u8) -> f64 {
+    if name == "float8_e8m0fnu" {
+        // A power of two, 0xff is NaN.
+        return if byte == 0xff {
+            f64::NAN
+        } else {
+            2f64.powi(i32::from(byte) - 127)
+        };
+    }
+    // (exponent bits, bias, NaN/infinity rule)
+    let (exponent_bits, bias, format) = match name {
+        "float8_e4m3fn" => (4, 7, "fn"),
+        "float8_e4m3fnuz" => (4, 8, "fnuz"),
+        "float8_e5m2" => (5, 15, "ieee"),
+        _ => (5, 16, "fnuz"),
+    };
+    let mantissa_bits = 7 - exponent_bits;
+    let sign = if byte & 0x80 != 0 { -1.0 } else { 1.0 };
+    let exponent = i32::from((byte >> mantissa_bits) & ((1 << exponent_bits) - 1));
+    let mantissa = f64::from(byte & ((1 << mantissa_bits) - 1));
+    let all_ones = (1 << exponent_bits) - 1;
+    match format {
+        // Only the negative zero's pattern is NaN; there is no infinity.
+        "fnuz" if byte == 0x80 => return f64::NAN,
+        // Every bit set but the sign's is NaN; there is no infinity.
+        "fn" if exponent == all_ones && mantissa == f64::from((1 << mantissa_bits) - 1) => {
+            return f64::NAN
+        }
+        "ieee" if exponent == all_ones => {
+            return if mantissa == 0.0 {
+                sign * f64::INFINITY
+            } else {
+                f64::NAN
+            }
+        }
+        _ => {}
+    }
+    let scale = f64::from(1 << mantissa_bits);
+    if exponent == 0 {
+        sign * mantissa / scale * 2f64.powi(1 - bias)
+    } else {
+        sign * (1.0 + mantissa / scale) * 2f64.powi(exponent - bias)
+    }
+}
+
 fn f16_to_f64(bits: u16) -> f64 {
     let sign = if bits >> 15 == 1 { -1.0 } else { 1.0 };
     let exponent = ((bits >> 10) & 0x1f) as i32;
@@ -134,6 +193,32 @@ fn f16_to_f64(bits: u16) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn float8_bits_widen() {
+        let cases = [
+            ("float8_e8m0fnu", 127, 1.0),
+            ("float8_e8m0fnu", 130, 8.0),
+            ("float8_e4m3fn", 0x38, 1.0),
+            ("float8_e4m3fn", 0x7e, 448.0),
+            ("float8_e4m3fn", 0x01, 2f64.powi(-9)),
+            ("float8_e4m3fnuz", 0x40, 1.0),
+            ("float8_e5m2", 0x3c, 1.0),
+            ("float8_e5m2", 0xfc, f64::NEG_INFINITY),
+            ("float8_e5m2fnuz", 0x40, 1.0),
+        ];
+        for (name, byte, expected) in cases {
+            assert_eq!(float8_to_f64(name, byte), expected, "{name} {byte:#x}");
+        }
+        for (name, byte) in [
+            ("float8_e8m0fnu", 0xff),
+            ("float8_e4m3fn", 0x7f),
+            ("float8_e4m3fnuz", 0x80),
+            ("float8_e5m2", 0x7d),
+        ] {
+            assert!(float8_to_f64(name, byte).is_nan(), "{name} {byte:#x}");
+        }
+    }
 
     #[test]
     fn float16_bits_widen() {

@@ -21,6 +21,25 @@ const FLOAT: u8 = sys::DLDataTypeCode_kDLFloat as u8;
 const BFLOAT: u8 = sys::DLDataTypeCode_kDLBfloat as u8;
 const BOOL: u8 = sys::DLDataTypeCode_kDLBool as u8;
 
+/// The 8-bit float formats, by TVM's name and DLPack's code: one byte each, read and
+/// written as bytes ([`Tensor::as_bytes`](crate::Tensor::as_bytes)).
+const FLOAT8: [(&str, u8); 5] = [
+    ("float8_e4m3fn", sys::DLDataTypeCode_kDLFloat8_e4m3fn as u8),
+    (
+        "float8_e4m3fnuz",
+        sys::DLDataTypeCode_kDLFloat8_e4m3fnuz as u8,
+    ),
+    ("float8_e5m2", sys::DLDataTypeCode_kDLFloat8_e5m2 as u8),
+    (
+        "float8_e5m2fnuz",
+        sys::DLDataTypeCode_kDLFloat8_e5m2fnuz as u8,
+    ),
+    (
+        "float8_e8m0fnu",
+        sys::DLDataTypeCode_kDLFloat8_e8m0fnu as u8,
+    ),
+];
+
 impl DType {
     /// `float16`.
     pub const F16: DType = DType::scalar(FLOAT, 16);
@@ -57,10 +76,14 @@ impl DType {
         }
     }
 
-    /// Parses TVM's name of a scalar type: `float32`, `int64`, `uint8`, `bool`, `bfloat16`.
+    /// Parses TVM's name of a scalar type: `float32`, `int64`, `uint8`, `bool`, `bfloat16`,
+    /// or an 8-bit float format (`float8_e4m3fn`, `float8_e5m2`, `float8_e8m0fnu`, ...).
     pub fn parse(name: &str) -> Option<DType> {
         if name == "bool" {
             return Some(DType::BOOL);
+        }
+        if let Some((_, code)) = FLOAT8.iter().find(|(float8, _)| *float8 == name) {
+            return Some(DType::scalar(*code, 8));
         }
         let (code, bits) = [
             ("bfloat", BFLOAT),
@@ -109,15 +132,21 @@ impl fmt::Display for DType {
             UINT => "uint",
             FLOAT => "float",
             BFLOAT => "bfloat",
-            other => {
-                return write!(
-                    f,
-                    "dtype(code={other}, bits={}, lanes={})",
-                    self.bits, self.lanes
-                )
-            }
+            other => match FLOAT8.iter().find(|(_, code)| *code == other) {
+                Some((name, _)) if self.bits == 8 => name,
+                _ => {
+                    return write!(
+                        f,
+                        "dtype(code={other}, bits={}, lanes={})",
+                        self.bits, self.lanes
+                    )
+                }
+            },
         };
-        write!(f, "{base}{}", self.bits)?;
+        f.write_str(base)?;
+        if !base.starts_with("float8_") {
+            write!(f, "{}", self.bits)?;
+        }
         if self.lanes != 1 {
             write!(f, "x{}", self.lanes)?;
         }
@@ -168,8 +197,24 @@ mod tests {
     #[test]
     fn names_round_trip() {
         for name in [
-            "float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64",
-            "uint8", "uint16", "uint32", "uint64", "bool",
+            "float16",
+            "float32",
+            "float64",
+            "bfloat16",
+            "int8",
+            "int16",
+            "int32",
+            "int64",
+            "uint8",
+            "uint16",
+            "uint32",
+            "uint64",
+            "bool",
+            "float8_e4m3fn",
+            "float8_e4m3fnuz",
+            "float8_e5m2",
+            "float8_e5m2fnuz",
+            "float8_e8m0fnu",
         ] {
             let dtype = DType::parse(name).unwrap_or_else(|| panic!("{name} should parse"));
             assert_eq!(dtype.to_string(), name);
@@ -178,7 +223,16 @@ mod tests {
 
     #[test]
     fn rejects_unknown_names() {
-        for name in ["float", "float8", "int7", "f32", "uint", "bfloat32", ""] {
+        for name in [
+            "float",
+            "float8",
+            "int7",
+            "f32",
+            "uint",
+            "bfloat32",
+            "float8_e4m3",
+            "",
+        ] {
             assert_eq!(DType::parse(name), None, "{name} should not parse");
         }
     }

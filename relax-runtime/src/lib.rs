@@ -105,6 +105,7 @@ mod outputs;
 mod profile;
 mod runtime;
 mod session;
+mod set_ops;
 mod tensor;
 #[cfg(feature = "ndarray")]
 mod tensor_ndarray;

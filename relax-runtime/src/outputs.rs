@@ -121,6 +121,33 @@ pub(crate) fn zeroed_tvm_tensor(dtype: DType, shape: &[i64]) -> Result<Object> {
     unsafe { tvm_tensor_from_dlpack(block.into_dlpack()) }
 }
 
+/// A CPU tensor of `dtype` and `shape` holding `bytes` (its elements, little-endian), as
+/// a TVM object. Errs as [`zeroed_tvm_tensor`] does, or when `bytes` does not fill it.
+pub(crate) fn tvm_tensor_holding(dtype: DType, shape: &[i64], bytes: &[u8]) -> Result<Object> {
+    let block = Block::zeroed(dtype, shape)?;
+    let size = checked_bytes(shape.iter().map(|&dim| dim as usize), dtype);
+    if size != Some(bytes.len()) {
+        return Err(Error::InvalidTensor {
+            message: format!(
+                "{} bytes do not fill a tensor of {dtype} of shape {shape:?}",
+                bytes.len()
+            ),
+        });
+    }
+    let managed = block.into_dlpack();
+    // SAFETY: the block's header is a valid DLPack tensor whose data has room for the
+    // shape's bytes (Block::zeroed sized it), `bytes.len()` of them (checked above), and
+    // is not yet shared; then as in zeroed_tvm_tensor.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            (*managed).dl_tensor.data.cast::<u8>(),
+            bytes.len(),
+        );
+        tvm_tensor_from_dlpack(managed)
+    }
+}
+
 /// The size of a returned tensor's allocation: its [`Header`] at offset 0, then the
 /// shape, then the data at the first multiple of [`ALIGNMENT`] after it.
 ///

@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::kernels;
 use crate::locate::Hints;
 use crate::outputs;
+use crate::set_ops;
 
 /// The loaded runtime (loading it and registering relax-runtime's globals on first use).
 pub(crate) fn load(hints: &Hints<'_>) -> Result<&'static Api> {
@@ -14,5 +15,6 @@ pub(crate) fn load(hints: &Hints<'_>) -> Result<&'static Api> {
 
 fn register(api: &Api) -> std::result::Result<(), String> {
     kernels::register(api)?;
+    set_ops::register(api)?;
     outputs::register(api)
 }

@@ -570,18 +570,31 @@ def count_uses(function):
     return uses
 
 
+def defines_symbolic_dims(binding):
+    """Whether `binding` is a match_cast that gives symbolic dims their values: the dims
+    may be used where its variable is not (a reshape to them), so it must stay."""
+    return isinstance(binding, relax.MatchCast) and bool(
+        relax.analysis.definable_tir_vars_in_type(binding.ty)
+    )
+
+
 def without_unused_bindings(function):
     """The function with the dataflow bindings nothing uses removed (transitively)."""
+
+    def dead(binding):
+        return (
+            isinstance(binding.var, relax.DataflowVar) and binding.var not in used and not defines_symbolic_dims(binding)
+        )
+
     used = set(relax.analysis.free_vars(function.body.body))
     for block in reversed(function.body.blocks):
         for binding in reversed(block.bindings):
-            dead = isinstance(binding.var, relax.DataflowVar) and binding.var not in used
-            if not dead:
+            if not dead(binding):
                 used.update(relax.analysis.free_vars(binding.value))
     blocks = []
     changed = False
     for block in function.body.blocks:
-        kept = [b for b in block.bindings if not (isinstance(b.var, relax.DataflowVar) and b.var not in used)]
+        kept = [b for b in block.bindings if not dead(b)]
         changed |= len(kept) != len(block.bindings)
         blocks.append(relax.DataflowBlock(kept) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(kept))
     if not changed:

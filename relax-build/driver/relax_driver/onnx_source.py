@@ -125,7 +125,24 @@ def read_model(source_path):
         ) from error
     if not model.graph.node and not model.graph.output:
         raise DriverError("onnx_invalid", f"{source_path} is not an ONNX model (it has no graph)")
+    optional_inputs_as_tensors(model)
     return model
+
+
+def optional_inputs_as_tensors(model):
+    """Makes each graph input of type optional(tensor) that tensor, in place.
+
+    TVM's importer reads an optional input as a tensor of unknown rank, which a signature
+    cannot describe; and a caller of the compiled model always passes a tensor (an absent
+    optional has no value in relax-runtime's calls), so the input is the tensor it holds.
+    """
+    for value in model.graph.input:
+        optional = value.type.optional_type if value.type.HasField("optional_type") else None
+        if optional is not None and optional.elem_type.HasField("tensor_type"):
+            tensor_type = type(optional.elem_type.tensor_type)()
+            tensor_type.CopyFrom(optional.elem_type.tensor_type)
+            value.type.ClearField("optional_type")
+            value.type.tensor_type.CopyFrom(tensor_type)
 
 
 def load(request):

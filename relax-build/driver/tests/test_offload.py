@@ -220,6 +220,31 @@ class Silu(unittest.TestCase):
             self.assertEqual(calls, [("relax_runtime.conv2d", 0)])
 
 
+class UnusedBindings(unittest.TestCase):
+    def test_a_match_cast_giving_dims_their_values_stays(self):
+        # As the importer writes a Squeeze of axes known at run time: the cast's variable
+        # is unused, its dims are what the reshape takes.
+        from tvm import tirx
+
+        x = relax.Var("x", relax.TensorType([1, 3, 4], "float32"))
+        dims = relax.Var("dims", relax.TensorType([2], "int64"))
+        rows, columns = tirx.Var("rows", "int64"), tirx.Var("columns", "int64")
+        shape = relax.DataflowVar("shape", relax.ShapeType(ndim=2))
+        cast = relax.DataflowVar("cast", relax.ShapeType([rows, columns]))
+        unused = relax.DataflowVar("unused", relax.TensorType([2], "int64"))
+        out = relax.Var("out", relax.TensorType([rows, columns], "float32"))
+        bindings = [
+            relax.VarBinding(unused, relax.op.add(dims, dims)),
+            relax.VarBinding(shape, relax.op.tensor_to_shape(dims)),
+            relax.MatchCast(cast, shape, relax.ShapeType([rows, columns])),
+            relax.VarBinding(out, relax.op.reshape(x, relax.ShapeExpr([rows, columns]))),
+        ]
+        function = relax.Function([x, dims], relax.SeqExpr([relax.DataflowBlock(bindings)], out), out.ty)
+        kept = offload.without_unused_bindings(function)
+        names = [binding.var.name for binding in kept.body.blocks[0].bindings]
+        self.assertEqual(names, ["shape", "cast", "out"])
+
+
 if __name__ == "__main__":
     unittest.main()
 

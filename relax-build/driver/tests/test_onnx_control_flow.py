@@ -181,5 +181,43 @@ class ControlFlow(unittest.TestCase):
             np.testing.assert_allclose(g, w)
 
 
+    def test_a_loop_with_a_trip_count_and_condition_known_at_run_time_recurses(self):
+        # A while loop: y doubles, plus the outer x, until its sum passes the limit or
+        # the trip count (an input) is reached; each step's y is stacked.
+        body = helper.make_graph(
+            [
+                helper.make_node("Mul", ["y_in", "two"], ["doubled"]),
+                helper.make_node("Add", ["doubled", "x"], ["y_out"]),
+                helper.make_node("ReduceSum", ["y_out"], ["total"], keepdims=0),
+                helper.make_node("Less", ["total", "limit"], ["cond_out"]),
+                helper.make_node("Identity", ["y_out"], ["scan_out"]),
+            ],
+            "body",
+            [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), float_value("y_in", [2])],
+            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), float_value("y_out", [2]), float_value("scan_out", [2])],
+            [numpy_helper.from_array(np.array(2, np.float32), "two")],
+        )
+        nodes = [helper.make_node("Loop", ["trip_count", "cond", "y"], ["y_final", "ys"], body=body)]
+        inputs = [
+            helper.make_tensor_value_info("trip_count", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            float_value("y", [2]),
+            float_value("x", [2]),
+            helper.make_tensor_value_info("limit", TensorProto.FLOAT, []),
+        ]
+        model = make_model(nodes, inputs, [float_value("y_final", [2]), float_value("ys", ["steps", 2])])
+        module, weights, _ = load(model)
+        self.assertIn("onnx_loop", [gv.name_hint for gv in module.functions])
+        y, x = np.array([0.5, 1.5], np.float32), np.array([1, -0.5], np.float32)
+        # Stopped by the condition (after 3 steps), by the trip count, never entered.
+        for trip, cond, limit in ((10, True, 20.0), (2, True, 1e9), (5, False, 1e9)):
+            with self.subTest(trip=trip, cond=cond, limit=limit):
+                arrays = (np.array(trip, np.int64), np.array(cond), y, x, np.array(limit, np.float32))
+                got, want = run(module, weights, *arrays), reference(model, *arrays)
+                self.assertEqual([g.shape for g in got], [w.shape for w in want])
+                for g, w in zip(got, want):
+                    np.testing.assert_allclose(g, w)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -7,7 +7,7 @@ use relax_kernels::Argument;
 use crate::sys;
 
 /// The DLTensor an argument holds, if it holds one.
-fn dl_tensor(any: &sys::TVMFFIAny) -> Option<*const sys::DLTensor> {
+pub(crate) fn dl_tensor(any: &sys::TVMFFIAny) -> Option<*const sys::DLTensor> {
     match any.type_index {
         sys::TVMFFITypeIndex_kTVMFFIDLTensorPtr => {
             // SAFETY: a DLTensor* argument holds the pointer in v_ptr.

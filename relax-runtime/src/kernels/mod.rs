@@ -11,6 +11,8 @@
 mod arguments;
 mod launch;
 
+pub(crate) use arguments::dl_tensor;
+
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

@@ -53,6 +53,7 @@ def registered():
 from . import (  # noqa: E402
     attention,
     control_flow,
+    elementwise,
     normalization,
     quantized,
     recurrent,
@@ -62,6 +63,6 @@ from . import (  # noqa: E402
     shape_values,
 )
 
-for _module in (attention, control_flow, normalization, quantized, recurrent, reductions, resize, rotary, shape_values):
+for _module in (attention, control_flow, elementwise, normalization, quantized, recurrent, reductions, resize, rotary, shape_values):
     assert not set(_module.CONVERTERS) & set(CONVERTERS), f"{_module.__name__} converts an operator twice"
     CONVERTERS.update(_module.CONVERTERS)

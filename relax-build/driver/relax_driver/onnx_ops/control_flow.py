@@ -6,18 +6,24 @@ entry here only tells the supported-operator check that the importer handles it;
 `If` whose condition is a constant after the preparation step is folded there to its
 branch (onnx_prepare.inline_constant_ifs).
 
-`Scan` and `Loop` are unrolled: Scan over its scanned dim, which must be static, and
-Loop when its trip count is a constant and its condition stays a constant true. Each
-step's body is converted by the importer that called the converter (its
-`_convert_subgraph`, which the `If` branches use), with the body's inputs bound to the
-step's values.
+`Scan` is unrolled over its scanned dim, which must be static, and so is a `Loop` whose
+trip count is a constant and whose condition stays a constant true. Each step's body is
+converted by the importer that called the converter (its `_convert_subgraph`, which the
+`If` branches use), with the body's inputs bound to the step's values.
+
+Any other `Loop` (a trip count or a condition known only at run time) becomes a
+recursive Relax function (`runtime_loop`): one call runs a step and calls itself on the
+next step's values, until the trip count is reached or the condition is false; each scan
+output grows by a concatenation per step. TVM's VM runs the recursion.
 """
 
 import sys
 
 import numpy as np
 
-from tvm import relax
+import tvm
+import tvm_ffi
+from tvm import relax, tirx
 from tvm.ir import GenericConst
 from tvm.relax.frontend.onnx import onnx_frontend
 from tvm.relax.frontend.onnx.onnx_frontend import OnnxOpConverter
@@ -35,17 +41,19 @@ def calling_importer():
     raise RuntimeError("a control-flow converter was called outside TVM's ONNX importer")
 
 
-def run_body(importer, bb, body, values):
-    """The outputs (a list) of the subgraph `body` with its inputs bound to `values`, its
-    bindings emitted into the current scope of `bb`."""
-    saved = importer._nodes
-    importer._nodes = dict(saved)
+def run_body(importer, bb, body, values, outer=None):
+    """The outputs (a list) of the subgraph `body` with its inputs bound to `values` (and
+    the outer values it names to `outer`, by name, where given), its bindings emitted
+    into the current scope of `bb` (which converters then emit into too)."""
+    saved, saved_builder = importer._nodes, importer.bb
+    importer._nodes = {**saved, **(outer or {})}
+    importer.bb = bb
     for graph_input, value in zip(body.input, values):
         importer._nodes[graph_input.name] = value
     try:
         result = importer._convert_subgraph(bb, body)
     finally:
-        importer._nodes = saved
+        importer._nodes, importer.bb = saved, saved_builder
     if isinstance(result, relax.Tuple):
         return list(result.fields)
     return [result]
@@ -148,20 +156,154 @@ class Scan(OnnxOpConverter):
         return relax.Tuple(states + result)
 
 
+def outer_names(graph):
+    """The names `graph` (and the graphs nested in its nodes) reads from outside itself."""
+    defined = {value.name for value in graph.input} | {init.name for init in graph.initializer}
+    read = []
+    for node in graph.node:
+        names = list(node.input)
+        for attribute in node.attribute:
+            nested = [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
+            for subgraph in nested:
+                names += outer_names(subgraph)
+        read += [name for name in names if name and name not in defined and name not in read]
+        defined.update(node.output)
+    return read
+
+
+def scalar(dtype):
+    return relax.TensorType([], dtype)
+
+
+def runtime_loop(bb, importer, body, trip_count, condition, carried):
+    """A Loop whose trip count or condition is known only at run time: the final carried
+    values and the scan outputs, from a recursive Relax function of (iteration, trip
+    count, condition, carried values, scan outputs so far, outer values the body reads)."""
+    outer = {
+        name: importer._nodes[name]
+        for name in outer_names(body)
+        if name in importer._nodes and not isinstance(importer._nodes[name], GenericConst)
+    }
+    iteration = relax.Var("iteration", scalar("int64"))
+    limit = relax.Var("trip_count", scalar("int64"))
+    keep_going = relax.Var("condition", scalar("bool"))
+    states = [relax.Var(f"carried_{k}", value.ty) for k, value in enumerate(carried)]
+    captured = {name: relax.Var(f"outer_{k}", value.ty) for k, (name, value) in enumerate(outer.items())}
+    body_inputs = [iteration, keep_going, *states]
+
+    # A first conversion, discarded, gives the types of the body's outputs.
+    scratch = relax.BlockBuilder()
+    with scratch.function("loop_body", [*body_inputs, *captured.values()], private=True):
+        outputs = run_body(importer, scratch, body, body_inputs, captured)
+        scratch.emit_func_output(relax.Tuple(outputs))
+    output_types = [output.ty for output in outputs]
+    for k, (state, ty) in enumerate(zip(states, output_types[1 : 1 + len(states)])):
+        if not isinstance(ty, relax.TensorType) or ty.dtype != state.ty.dtype or ty.ndim != state.ty.ndim:
+            raise ValueError(f"Loop: carried value {k} changes type in the body ({state.ty} to {ty})")
+    # Each scan output's step value as a tensor of static shape: its type's, or the one
+    # the body graph declares for it (checked at run time).
+    scan_types = []
+    for ty, declared in zip(output_types[1 + len(states) :], body.output[1 + len(states) :]):
+        dims = static_dims_of(ty) if isinstance(ty, relax.TensorType) else None
+        dims = dims if dims is not None else declared_dims(declared)
+        if dims is None:
+            raise ValueError(
+                f"Loop: scan output {declared.name} is of type {ty} and the body declares no static shape for it "
+                "(only tensors of static shape are stacked)"
+            )
+        scan_types.append(relax.TensorType(dims, ty.dtype))
+    steps = tirx.Var("steps", "int64")
+    scans = [
+        relax.Var(f"scan_{k}", relax.TensorType([steps, *static_dims_of(ty)], ty.dtype)) for k, ty in enumerate(scan_types)
+    ]
+    params = [iteration, limit, keep_going, *states, *scans, *captured.values()]
+    returned = relax.TupleType(
+        [state.ty for state in states] + [relax.TensorType(dtype=ty.dtype, ndim=ty.ndim + 1) for ty in scan_types]
+    )
+    loop = tvm.ir.GlobalVar("onnx_loop")
+    relax.expr._update_type(loop, relax.FuncType([param.ty for param in params], returned))
+
+    inner = relax.BlockBuilder()
+    inner.begin_scope(params)
+    inner._begin_binding_block()
+    go_on = inner.emit(relax.op.logical_and(relax.op.less(iteration, limit), keep_going))
+    inner._begin_binding_block()
+    outputs = run_body(importer, inner, body, body_inputs, captured)
+    grown = [
+        inner.emit(relax.op.concat([scan, relax.op.expand_dims(exactly(inner, output, ty), [0])], axis=0))
+        for scan, output, ty in zip(scans, outputs[1 + len(states) :], scan_types)
+    ]
+    following = [
+        inner.emit(relax.op.add(iteration, relax.const(1, "int64"))),
+        limit,
+        inner.emit(relax.op.astype(relax.op.reshape(outputs[0], []), "bool")),
+        # A carried value whose shape the body's operators leave unknown keeps its own
+        # (checked at run time).
+        *[exactly(inner, output, state.ty) for output, state in zip(outputs[1 : 1 + len(states)], states)],
+        *grown,
+        *captured.values(),
+    ]
+    step = relax.SeqExpr([inner._end_block()], relax.Call(loop, following))
+    done = relax.SeqExpr([], relax.Tuple([*states, *scans]))
+    result = inner.emit(relax.If(go_on, step, done))
+    function = relax.Function(params, relax.SeqExpr([inner._end_block()], result), returned, is_pure=True)
+    inner.end_scope()
+    bb.update_func(loop, function)
+
+    start = [
+        relax.const(0, "int64"),
+        relax.op.reshape(trip_count, []) if trip_count is not None else relax.const(np.iinfo(np.int64).max, "int64"),
+        relax.op.reshape(condition, []) if condition is not None else relax.const(True),
+        *carried,
+        *[relax.op.zeros(relax.ShapeExpr([0, *static_dims_of(ty)]), ty.dtype) for ty in scan_types],
+        *outer.values(),
+    ]
+    final = bb.emit(relax.Call(loop, [bb.normalize(value) for value in start]))
+    values = [bb.emit(relax.TupleGetItem(final, k)) for k in range(len(states))]
+    steps_taken = tirx.Var("loop_steps", "int64")
+    for k, ty in enumerate(scan_types):
+        stacked_value = bb.emit(relax.TupleGetItem(final, len(states) + k))
+        values.append(bb.match_cast(stacked_value, relax.TensorType([steps_taken, *static_dims_of(ty)], ty.dtype)))
+    return values
+
+
+def exactly(bb, value, ty):
+    """`value` as of type `ty`: as it is when it has that type, else cast (checked at run
+    time), where the body's operators left its shape unknown."""
+    return value if tvm_ffi.structural_equal(value.ty, ty) else bb.match_cast(value, ty)
+
+
+def declared_dims(value_info):
+    """The static dims a graph declares for a value, or None."""
+    tensor_type = value_info.type.tensor_type
+    if not value_info.type.HasField("tensor_type") or not tensor_type.HasField("shape"):
+        return None
+    dims = tensor_type.shape.dim
+    return [dim.dim_value for dim in dims] if all(dim.HasField("dim_value") for dim in dims) else None
+
+
+def static_dims_of(ty):
+    """The dims of a tensor type as ints, or None when one is not static."""
+    if ty.shape is None or not hasattr(ty.shape, "values"):
+        return None
+    dims = [getattr(dim, "value", None) for dim in ty.shape.values]
+    return None if any(dim is None for dim in dims) else [int(dim) for dim in dims]
+
+
 class Loop(OnnxOpConverter):
-    """ONNX Loop, unrolled when its trip count is a constant and its condition is a
-    constant true before and after every step (a `for` loop)."""
+    """ONNX Loop: unrolled when its trip count is a constant and its condition is a
+    constant true before and after every step (a `for` loop), else a recursive function
+    (`runtime_loop`)."""
 
     @classmethod
     def _impl_v1(cls, bb, inputs, attr, params):
         body = attr["body"]
-        trip_count = constant_value(inputs[0]) if inputs[0] is not None else None
-        if trip_count is None:
-            raise ValueError("Loop: only a loop with a constant trip count is unrolled (its trip count is computed)")
-        if inputs[1] is not None and not bool(np.all(constant_value(inputs[1]))):
-            raise ValueError("Loop: the condition input is not a constant true")
         importer = calling_importer()
+        trip_count = constant_value(inputs[0]) if inputs[0] is not None else None
+        constant_true = inputs[1] is None or bool(np.all(constant_value(inputs[1]) is not None and constant_value(inputs[1])))
         carried = list(inputs[2:])
+        if trip_count is None or not constant_true:
+            return relax.Tuple(runtime_loop(bb, importer, body, inputs[0], inputs[1], carried))
         per_step = []
         condition = relax.const(True)
         for index in range(int(trip_count)):
