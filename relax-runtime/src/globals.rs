@@ -2,8 +2,10 @@
 //! models call it (`R.call_packed` / `R.call_dps_packed` with its name).
 
 use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::api::Api;
+use crate::object::Object;
 use crate::sys;
 
 /// A function with tvm-ffi's safe-call signature.
@@ -60,6 +62,35 @@ pub(crate) unsafe fn arguments<'a>(
         // SAFETY: the caller's contract.
         unsafe { std::slice::from_raw_parts(args, count as usize) }
     }
+}
+
+/// The body of a safe call that returns an object: runs `body` on the call's
+/// arguments, writes its object to `result` and returns 0, or raises its error (or a
+/// panic, as "`name` panicked") as a ValueError and returns -1.
+///
+/// # Safety
+/// `args` holds `count` valid values that outlive the call, and `result` is a slot to
+/// write an owned value to (TVM's safe-call contract).
+pub(crate) unsafe fn answer(
+    name: &str,
+    args: *const sys::TVMFFIAny,
+    count: i32,
+    result: *mut sys::TVMFFIAny,
+    body: impl FnOnce(&[sys::TVMFFIAny]) -> Result<Object, String>,
+) -> i32 {
+    // SAFETY: the caller's contract.
+    let args = unsafe { arguments(args, count) };
+    let message = match catch_unwind(AssertUnwindSafe(|| body(args))) {
+        Ok(Ok(object)) => {
+            // SAFETY: the caller's contract: TVM takes the reference given.
+            unsafe { *result = object.into_owned_any() };
+            return 0;
+        }
+        Ok(Err(message)) => message,
+        Err(_) => format!("{name} panicked"),
+    };
+    raise(crate::api::loaded(), "ValueError", &message);
+    -1
 }
 
 /// Raises a TVM error of `kind` with `message` on this thread, for a safe call to

@@ -24,7 +24,6 @@
 
 use std::alloc::Layout;
 use std::ffi::c_void;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::api::Api;
 use crate::dtype::DType;
@@ -50,20 +49,8 @@ unsafe extern "C" fn allocate(
     count: i32,
     result: *mut sys::TVMFFIAny,
 ) -> i32 {
-    // SAFETY: TVM passes `count` valid argument values that outlive the call.
-    let args = unsafe { globals::arguments(args, count) };
-    let outcome = catch_unwind(AssertUnwindSafe(|| output_tensor(args)));
-    let message = match outcome {
-        Ok(Ok(tensor)) => {
-            // SAFETY: TVM passes a result slot to write; it takes the reference given.
-            unsafe { *result = tensor.into_owned_any() };
-            return 0;
-        }
-        Ok(Err(message)) => message,
-        Err(_) => format!("{OUTPUT} panicked"),
-    };
-    globals::raise(crate::api::loaded(), "ValueError", &message);
-    -1
+    // SAFETY: TVM's safe-call contract, passed on.
+    unsafe { globals::answer(OUTPUT, args, count, result, output_tensor) }
 }
 
 /// The tensor `args` (a shape and a dtype) ask for.

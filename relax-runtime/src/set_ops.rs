@@ -15,12 +15,11 @@
 
 use std::cmp::Ordering;
 use std::ffi::c_void;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::api::Api;
 use crate::dtype::DType;
 use crate::globals;
-use crate::kernels::dl_tensor;
+use crate::kernels::{compact_cpu_shape, dl_tensor};
 use crate::object::{self, Callee, Object, Value};
 use crate::outputs::tvm_tensor_holding;
 use crate::sys;
@@ -43,8 +42,10 @@ unsafe extern "C" fn nonzero_call(
     count: i32,
     result: *mut sys::TVMFFIAny,
 ) -> i32 {
+    let body =
+        |args: &[sys::TVMFFIAny]| nonzero(args).map_err(|error| format!("{NONZERO}: {error}"));
     // SAFETY: TVM's safe-call contract, passed on.
-    unsafe { safe_call(NONZERO, args, count, result, nonzero) }
+    unsafe { globals::answer(NONZERO, args, count, result, body) }
 }
 
 unsafe extern "C" fn unique_call(
@@ -53,35 +54,9 @@ unsafe extern "C" fn unique_call(
     count: i32,
     result: *mut sys::TVMFFIAny,
 ) -> i32 {
+    let body = |args: &[sys::TVMFFIAny]| unique(args).map_err(|error| format!("{UNIQUE}: {error}"));
     // SAFETY: TVM's safe-call contract, passed on.
-    unsafe { safe_call(UNIQUE, args, count, result, unique) }
-}
-
-/// Runs `body` on a safe call's arguments, writing its result or raising its error.
-///
-/// # Safety
-/// `args` holds `count` valid values that outlive the call, and `result` is a slot to
-/// write an owned value to (TVM's safe-call contract).
-unsafe fn safe_call(
-    name: &str,
-    args: *const sys::TVMFFIAny,
-    count: i32,
-    result: *mut sys::TVMFFIAny,
-    body: fn(&[sys::TVMFFIAny]) -> Result<Object, String>,
-) -> i32 {
-    // SAFETY: the caller's contract.
-    let args = unsafe { globals::arguments(args, count) };
-    let message = match catch_unwind(AssertUnwindSafe(|| body(args))) {
-        Ok(Ok(object)) => {
-            // SAFETY: the caller's contract: TVM takes the reference given.
-            unsafe { *result = object.into_owned_any() };
-            return 0;
-        }
-        Ok(Err(message)) => format!("{name}: {message}"),
-        Err(_) => format!("{name} panicked"),
-    };
-    globals::raise(crate::api::loaded(), "ValueError", &message);
-    -1
+    unsafe { globals::answer(UNIQUE, args, count, result, body) }
 }
 
 /// A compact CPU tensor argument, borrowed for the call.
@@ -177,33 +152,13 @@ fn input(args: &[sys::TVMFFIAny], index: usize) -> Result<Input<'_>, String> {
     if !known || dtype.lanes != 1 || dtype.bits > 64 {
         return Err(format!("tensors of {dtype} are not supported"));
     }
-    if tensor.device.device_type != sys::DLDeviceType_kDLCPU {
-        return Err("the tensor is not on the CPU".to_string());
-    }
-    let rank = usize::try_from(tensor.ndim).map_err(|_| "the tensor has a negative rank")?;
-    let shape: &[i64] = if rank == 0 {
-        &[]
-    } else {
-        // SAFETY: a DLTensor's shape has `ndim` entries, alive with the tensor.
-        unsafe { std::slice::from_raw_parts(tensor.shape, rank) }
-    };
+    let shape = compact_cpu_shape(tensor).map_err(|what| format!("argument {index} {what}"))?;
     let count = shape.iter().try_fold(1usize, |count, &dim| {
         count.checked_mul(usize::try_from(dim).ok()?)
     });
     let bytes = count
         .and_then(|count| count.checked_mul(dtype.size_in_bytes()))
         .ok_or_else(|| format!("the tensor's shape {shape:?} is invalid"))?;
-    if !tensor.strides.is_null() {
-        // SAFETY: strides has `ndim` entries when not null.
-        let strides = unsafe { std::slice::from_raw_parts(tensor.strides, rank) };
-        let mut expected = 1i64;
-        for (&dim, &stride) in shape.iter().zip(strides).rev() {
-            if dim != 1 && stride != expected {
-                return Err("the tensor is strided".to_string());
-            }
-            expected *= dim;
-        }
-    }
     let bytes = if bytes == 0 {
         &[][..]
     } else if tensor.data.is_null() {
@@ -328,6 +283,39 @@ fn groups(slices: usize, sorted: bool, order: impl Fn(usize, usize) -> Ordering)
     }
 }
 
+/// How `unique` compares x: as `[outer, slices, inner]` around the axis (its index,
+/// checked against x's rank), or element by element without one.
+#[derive(Debug, PartialEq)]
+struct Slicing {
+    axis: Option<usize>,
+    outer: usize,
+    slices: usize,
+    inner: usize,
+}
+
+fn slicing(shape: &[i64], axis: Option<i64>) -> Result<Slicing, String> {
+    let dims: Vec<usize> = shape.iter().map(|&dim| dim as usize).collect();
+    let Some(axis) = axis else {
+        return Ok(Slicing {
+            axis: None,
+            outer: 1,
+            slices: dims.iter().product(),
+            inner: 1,
+        });
+    };
+    let rank = dims.len() as i64;
+    let index = usize::try_from(if axis < 0 { axis + rank } else { axis })
+        .ok()
+        .filter(|&index| index < dims.len())
+        .ok_or_else(|| format!("axis {axis} is out of range for x of shape {shape:?}"))?;
+    Ok(Slicing {
+        axis: Some(index),
+        outer: dims[..index].iter().product(),
+        slices: dims[index],
+        inner: dims[index + 1..].iter().product(),
+    })
+}
+
 fn unique(args: &[sys::TVMFFIAny]) -> Result<Object, String> {
     if !(5..=6).contains(&args.len()) {
         return Err(format!(
@@ -339,32 +327,17 @@ fn unique(args: &[sys::TVMFFIAny]) -> Result<Object, String> {
     let flag = |index| Ok::<bool, String>(int_argument(args, index)?.unwrap_or(0) != 0);
     let (sorted, return_index, return_inverse, return_counts) =
         (flag(1)?, flag(2)?, flag(3)?, flag(4)?);
-    let rank = x.shape.len();
-    let dims: Vec<usize> = x.shape.iter().map(|&dim| dim as usize).collect();
-    // The slices compared: [outer, slices, inner] around the axis, or every element.
     let axis = if args.len() == 6 {
         int_argument(args, 5)?
     } else {
         None
     };
-    let (axis, outer, slices, inner) = match axis {
-        None => (None, 1, dims.iter().product(), 1),
-        Some(axis) => {
-            let index = usize::try_from(if axis < 0 { axis + rank as i64 } else { axis })
-                .ok()
-                .filter(|&index| index < rank)
-                .ok_or_else(|| {
-                    format!("axis {axis} is out of range for x of shape {:?}", x.shape)
-                })?;
-            let outer = dims[..index].iter().product::<usize>();
-            (
-                Some(index),
-                outer,
-                dims[index],
-                dims[index + 1..].iter().product::<usize>(),
-            )
-        }
-    };
+    let Slicing {
+        axis,
+        outer,
+        slices,
+        inner,
+    } = slicing(x.shape, axis)?;
     let element = |slice: usize, offset: usize| {
         x.number((offset / inner * slices + slice) * inner + offset % inner)
     };

@@ -88,14 +88,8 @@ pub(super) unsafe fn read<'a>(
     Ok(values)
 }
 
-/// The data and shape of a float32 CPU tensor, compact and aligned, or what it is not.
-fn check(tensor: &sys::DLTensor) -> Result<(*mut f32, &[i64]), String> {
-    if tensor.dtype.code != sys::DLDataTypeCode_kDLFloat as u8
-        || tensor.dtype.bits != 32
-        || tensor.dtype.lanes != 1
-    {
-        return Err("is not float32".to_string());
-    }
+/// The shape of a compact CPU tensor (any dtype), or what it is not.
+pub(crate) fn compact_cpu_shape(tensor: &sys::DLTensor) -> Result<&[i64], String> {
     if tensor.device.device_type != sys::DLDeviceType_kDLCPU {
         return Err("is not on the CPU".to_string());
     }
@@ -120,6 +114,18 @@ fn check(tensor: &sys::DLTensor) -> Result<(*mut f32, &[i64]), String> {
             expected *= dim;
         }
     }
+    Ok(shape)
+}
+
+/// The data and shape of a float32 CPU tensor, compact and aligned, or what it is not.
+fn check(tensor: &sys::DLTensor) -> Result<(*mut f32, &[i64]), String> {
+    if tensor.dtype.code != sys::DLDataTypeCode_kDLFloat as u8
+        || tensor.dtype.bits != 32
+        || tensor.dtype.lanes != 1
+    {
+        return Err("is not float32".to_string());
+    }
+    let shape = compact_cpu_shape(tensor)?;
     let data = tensor.data.cast::<u8>();
     if data.is_null() && shape.iter().all(|&dim| dim > 0) {
         return Err("has no data".to_string());

@@ -11,7 +11,7 @@
 mod arguments;
 mod launch;
 
-pub(crate) use arguments::dl_tensor;
+pub(crate) use arguments::{compact_cpu_shape, dl_tensor};
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};

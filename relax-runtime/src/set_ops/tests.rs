@@ -84,3 +84,29 @@ fn elements_are_read_in_their_dtype() {
     assert!(matches!(f16.number(0), Number::Float(value) if value == 1.5));
     assert!(f16.number(1).is_zero(), "-0.0 is zero");
 }
+
+#[test]
+fn slicing_is_around_the_axis_and_refuses_one_out_of_range() {
+    let whole = Slicing {
+        axis: None,
+        outer: 1,
+        slices: 24,
+        inner: 1,
+    };
+    assert_eq!(slicing(&[2, 3, 4], None), Ok(whole));
+    let middle = Slicing {
+        axis: Some(1),
+        outer: 2,
+        slices: 3,
+        inner: 4,
+    };
+    assert_eq!(slicing(&[2, 3, 4], Some(-2)), Ok(middle));
+    assert_eq!(
+        slicing(&[2, 3], Some(2)),
+        Err("axis 2 is out of range for x of shape [2, 3]".to_string())
+    );
+    assert_eq!(
+        slicing(&[2, 3], Some(-3)),
+        Err("axis -3 is out of range for x of shape [2, 3]".to_string())
+    );
+}

@@ -28,6 +28,8 @@ from tvm.ir import GenericConst
 from tvm.relax.frontend.onnx import onnx_frontend
 from tvm.relax.frontend.onnx.onnx_frontend import OnnxOpConverter
 
+from .common import static_dims
+
 
 def calling_importer():
     """The ONNXGraphImporter converting the current node: the `self` of the nearest frame
@@ -196,25 +198,27 @@ def runtime_loop(bb, importer, body, trip_count, condition, carried):
     with scratch.function("loop_body", [*body_inputs, *captured.values()], private=True):
         outputs = run_body(importer, scratch, body, body_inputs, captured)
         scratch.emit_func_output(relax.Tuple(outputs))
-    output_types = [output.ty for output in outputs]
-    for k, (state, ty) in enumerate(zip(states, output_types[1 : 1 + len(states)])):
+    for k, (state, output) in enumerate(zip(states, outputs[1 : 1 + len(states)])):
+        ty = output.ty
         if not isinstance(ty, relax.TensorType) or ty.dtype != state.ty.dtype or ty.ndim != state.ty.ndim:
             raise ValueError(f"Loop: carried value {k} changes type in the body ({state.ty} to {ty})")
     # Each scan output's step value as a tensor of static shape: its type's, or the one
     # the body graph declares for it (checked at run time).
-    scan_types = []
-    for ty, declared in zip(output_types[1 + len(states) :], body.output[1 + len(states) :]):
-        dims = static_dims_of(ty) if isinstance(ty, relax.TensorType) else None
+    scan_dims, scan_types = [], []
+    for output, declared in zip(outputs[1 + len(states) :], body.output[1 + len(states) :]):
+        dims = static_dims(output) if isinstance(output.ty, relax.TensorType) else None
         dims = dims if dims is not None else declared_dims(declared)
         if dims is None:
             raise ValueError(
-                f"Loop: scan output {declared.name} is of type {ty} and the body declares no static shape for it "
-                "(only tensors of static shape are stacked)"
+                f"Loop: scan output {declared.name} is of type {output.ty} and the body declares no static shape "
+                "for it (only tensors of static shape are stacked)"
             )
-        scan_types.append(relax.TensorType(dims, ty.dtype))
+        scan_dims.append(dims)
+        scan_types.append(relax.TensorType(dims, output.ty.dtype))
     steps = tirx.Var("steps", "int64")
     scans = [
-        relax.Var(f"scan_{k}", relax.TensorType([steps, *static_dims_of(ty)], ty.dtype)) for k, ty in enumerate(scan_types)
+        relax.Var(f"scan_{k}", relax.TensorType([steps, *dims], ty.dtype))
+        for k, (dims, ty) in enumerate(zip(scan_dims, scan_types))
     ]
     params = [iteration, limit, keep_going, *states, *scans, *captured.values()]
     returned = relax.TupleType(
@@ -255,15 +259,15 @@ def runtime_loop(bb, importer, body, trip_count, condition, carried):
         relax.op.reshape(trip_count, []) if trip_count is not None else relax.const(np.iinfo(np.int64).max, "int64"),
         relax.op.reshape(condition, []) if condition is not None else relax.const(True),
         *carried,
-        *[relax.op.zeros(relax.ShapeExpr([0, *static_dims_of(ty)]), ty.dtype) for ty in scan_types],
+        *[relax.op.zeros(relax.ShapeExpr([0, *dims]), ty.dtype) for dims, ty in zip(scan_dims, scan_types)],
         *outer.values(),
     ]
     final = bb.emit(relax.Call(loop, [bb.normalize(value) for value in start]))
     values = [bb.emit(relax.TupleGetItem(final, k)) for k in range(len(states))]
     steps_taken = tirx.Var("loop_steps", "int64")
-    for k, ty in enumerate(scan_types):
+    for k, (dims, ty) in enumerate(zip(scan_dims, scan_types)):
         stacked_value = bb.emit(relax.TupleGetItem(final, len(states) + k))
-        values.append(bb.match_cast(stacked_value, relax.TensorType([steps_taken, *static_dims_of(ty)], ty.dtype)))
+        values.append(bb.match_cast(stacked_value, relax.TensorType([steps_taken, *dims], ty.dtype)))
     return values
 
 
@@ -282,14 +286,6 @@ def declared_dims(value_info):
     return [dim.dim_value for dim in dims] if all(dim.HasField("dim_value") for dim in dims) else None
 
 
-def static_dims_of(ty):
-    """The dims of a tensor type as ints, or None when one is not static."""
-    if ty.shape is None or not hasattr(ty.shape, "values"):
-        return None
-    dims = [getattr(dim, "value", None) for dim in ty.shape.values]
-    return None if any(dim is None for dim in dims) else [int(dim) for dim in dims]
-
-
 class Loop(OnnxOpConverter):
     """ONNX Loop: unrolled when its trip count is a constant and its condition is a
     constant true before and after every step (a `for` loop), else a recursive function
@@ -300,7 +296,8 @@ class Loop(OnnxOpConverter):
         body = attr["body"]
         importer = calling_importer()
         trip_count = constant_value(inputs[0]) if inputs[0] is not None else None
-        constant_true = inputs[1] is None or bool(np.all(constant_value(inputs[1]) is not None and constant_value(inputs[1])))
+        condition = constant_value(inputs[1]) if inputs[1] is not None else True
+        constant_true = condition is not None and bool(np.all(condition))
         carried = list(inputs[2:])
         if trip_count is None or not constant_true:
             return relax.Tuple(runtime_loop(bb, importer, body, inputs[0], inputs[1], carried))

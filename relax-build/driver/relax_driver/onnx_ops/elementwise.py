@@ -79,7 +79,7 @@ class Trilu(onnx_frontend.Trilu):
         x = inputs[0]
         dims = dims_of(x)
         rows, columns = dims[-2], dims[-1]
-        # (Relax's reshape reads its operand's type: each step is normalized first.)
+        # (Relax's operators read their operands' types: each step is normalized first.)
         row = bb.normalize(relax.op.expand_dims(bb.normalize(relax.op.arange(0, rows, dtype="int64")), [1]))
         column = bb.normalize(relax.op.expand_dims(bb.normalize(relax.op.arange(0, columns, dtype="int64")), [0]))
         diagonal = bb.normalize(relax.op.subtract(column, row))
