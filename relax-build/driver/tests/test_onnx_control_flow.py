@@ -218,6 +218,33 @@ class ControlFlow(unittest.TestCase):
                 for g, w in zip(got, want):
                     np.testing.assert_allclose(g, w)
 
+    def test_a_run_time_loop_refuses_a_scan_output_of_unknown_shape(self):
+        # The scan output is a slice at run-time offsets, and the body declares no shape.
+        body = helper.make_graph(
+            [
+                helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                helper.make_node("Unsqueeze", ["i", "zero"], ["start"]),
+                helper.make_node("Add", ["start", "one"], ["end"]),
+                helper.make_node("Slice", ["table", "start", "end"], ["scan_out"]),
+                helper.make_node("Identity", ["y_in"], ["y_out"]),
+            ],
+            "body",
+            [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), float_value("y_in", [2])],
+            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), float_value("y_out", [2]),
+             helper.make_tensor_value_info("scan_out", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(np.array([0], np.int64), "zero"), numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.arange(5, dtype=np.float32), "table")],
+        )
+        nodes = [helper.make_node("Loop", ["trip_count", "", "y"], ["y_final", "ys"], body=body)]
+        inputs = [helper.make_tensor_value_info("trip_count", TensorProto.INT64, []), float_value("y", [2])]
+        model = make_model(nodes, inputs, [float_value("y_final", [2]), float_value("ys", None)])
+        from relax_driver.errors import DriverError
+
+        with self.assertRaises(DriverError) as raised:
+            load(model)
+        self.assertIn("Loop: scan output scan_out is of type", raised.exception.message)
+        self.assertIn("the body declares no static shape for it", raised.exception.message)
+
 
 if __name__ == "__main__":
     unittest.main()
