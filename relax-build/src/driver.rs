@@ -144,6 +144,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         "relax_driver/onnx_ops/broadcast.py",
         include_str!("../driver/relax_driver/onnx_ops/broadcast.py"),
     ),
+    (
+        "relax_driver/weight_transforms.py",
+        include_str!("../driver/relax_driver/weight_transforms.py"),
+    ),
 ];
 
 /// The request file name in the work folder.

@@ -6,7 +6,7 @@ import io
 import re
 import traceback
 
-from . import onnx_ops, onnx_prepare
+from . import onnx_ops, onnx_prepare, weight_transforms
 from .errors import DriverError
 
 ONNX_EMBED_LIMIT_BYTES = 1 << 20
@@ -225,25 +225,27 @@ def imported(model, request):
         ) from error
     weights = None
     if external:
-        ir_module, weights = scalars_bound(*relax.frontend.detach_params(ir_module))
+        ir_module, params = relax.frontend.detach_params(ir_module)
+        arrays = [value.numpy() for value in params.get("main", [])]
+        ir_module, arrays, _ = weight_transforms.precomputed(ir_module, arrays)
+        ir_module, weights = scalars_bound(ir_module, arrays)
     return ir_module, weights
 
 
-def scalars_bound(ir_module, params):
+def scalars_bound(ir_module, arrays):
     """`main` with its one-value weights (a Clip's bounds, an epsilon) bound as constants,
     and the values of the weights it still takes: a constant folds where a weight
-    cannot (a ReLU6 into a convolution's epilogue), and is no weight to load."""
+    cannot (a ReLU6 into a convolution's epilogue), and is no weight to load. `arrays`
+    are the values of `main`'s weight parameters, in order."""
     from tvm import relax
 
-    values = params.get("main", [])
     function = ir_module["main"]
     weight_vars = list(function.params)[int(function.attrs["num_input"]) :]
-    if len(weight_vars) != len(values):
+    if len(weight_vars) != len(arrays):
         raise DriverError(
             "onnx_import",
-            f"TVM's ONNX importer returned {len(values)} weights for {len(weight_vars)} weight parameters",
+            f"TVM's ONNX importer returned {len(arrays)} weights for {len(weight_vars)} weight parameters",
         )
-    arrays = [value.numpy() for value in values]
     scalars = {var: array for var, array in zip(weight_vars, arrays) if array.size == 1}
     if scalars:
         ir_module = relax.transform.BindParams("main", scalars)(ir_module)

@@ -124,7 +124,8 @@ def onnx_conv_clip(low, high, weights):
             model.graph.initializer.append(numpy_helper.from_array(tensor, node.output[0]))
             model.graph.node.remove(node)
         module = from_onnx(model, keep_params_in_input=True)
-        module, values = onnx_source.scalars_bound(*relax.frontend.detach_params(module))
+        module, params = relax.frontend.detach_params(module)
+        module, values = onnx_source.scalars_bound(module, [value.numpy() for value in params["main"]])
         return module, values
     return from_onnx(model, keep_params_in_input=False), None
 
@@ -164,7 +165,7 @@ class Clamps(unittest.TestCase):
                 output = builder.emit_output(relax.op.add(x, w))
             builder.emit_func_output(output)
         with self.assertRaises(DriverError) as raised:
-            onnx_source.scalars_bound(builder.get(), {"main": []})
+            onnx_source.scalars_bound(builder.get(), [])
         self.assertIn("TVM's ONNX importer returned 0 weights for 1 weight parameters", str(raised.exception))
 
     def test_other_bounds_fold_only_as_far_as_relu(self):
