@@ -145,6 +145,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/onnx_ops/broadcast.py"),
     ),
     (
+        "relax_driver/half_precision.py",
+        include_str!("../driver/relax_driver/half_precision.py"),
+    ),
+    (
         "relax_driver/weight_transforms.py",
         include_str!("../driver/relax_driver/weight_transforms.py"),
     ),

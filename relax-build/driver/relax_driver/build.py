@@ -54,7 +54,7 @@ def compile_module(ir_module, target, request):
     import tvm
     from tvm import relax
 
-    from . import fast_math
+    from . import fast_math, half_precision
 
     pipeline = request["pipeline"]
     if pipeline not in ("zero", "cpu", "default"):
@@ -71,7 +71,9 @@ def compile_module(ir_module, target, request):
             elif pipeline in ("zero", "cpu"):
                 # Ops legalized first, those whose libm calls would not vectorize in fast
                 # forms (see fast_math.py); the pipelines' own LegalizeOps has nothing left.
-                legalize = relax.transform.LegalizeOps(customize_legalize_map=fast_math.legalizations())
+                legalize = relax.transform.LegalizeOps(
+                    customize_legalize_map={**fast_math.legalizations(), **half_precision.legalizations()}
+                )
                 ir_module = legalize(ir_module)
             if pipeline == "zero" and not records:
                 ir_module = relax.get_pipeline("zero")(ir_module)
