@@ -9,6 +9,7 @@ mod add;
 mod cargo;
 mod out_dir;
 mod progress;
+mod rpc;
 
 use clap::{Args, Parser, Subcommand};
 use relax_build::tooling::{self, ArtifactSource, Prepared};
@@ -77,9 +78,16 @@ enum Command_ {
         /// Trials per task (default: the model's tune = { trials = N }).
         #[arg(long, value_name = "N")]
         trials: Option<u32>,
-        /// Cargo target triple (default and only supported: this machine's).
+        /// Cargo target triple (default: this machine's; another needs --rpc).
         #[arg(long, value_name = "TRIPLE")]
         target: Option<String>,
+        /// Measure the candidates on a device running relax-rpc-server, registered with
+        /// the tracker at HOST:PORT under KEY (records go to the --target's folder).
+        #[arg(long, value_name = "HOST:PORT:KEY")]
+        rpc: Option<String>,
+        /// How long to wait for a free device of the key at the tracker, in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+        wait: u64,
     },
     /// Show the TVM toolchain, the cache, and per model its keys and whether it is cached and prepared.
     Info {
@@ -108,6 +116,47 @@ enum Command_ {
         /// Where to create <bin>-<target>/ (default: dist/ in the workspace root).
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+    },
+    /// Compile the package's models for a device's target and time them on the device,
+    /// which runs `relax-rpc-server` (directly, or registered with a tracker).
+    ///
+    /// Prints a latency table per model: each function on inputs of its declared shapes
+    /// (symbolic dims from --dim, else 1), median, fastest and slowest of --repeat runs.
+    Bench {
+        #[command(flatten)]
+        package: PackageArgs,
+        /// The device: HOST:PORT:KEY (a tracker, and the key the device registered) or
+        /// HOST:PORT (the device's server itself).
+        #[arg(long, value_name = "HOST:PORT:KEY")]
+        rpc: String,
+        /// The device's Cargo target triple (default: this machine's).
+        #[arg(long, value_name = "TRIPLE")]
+        target: Option<String>,
+        /// Only this model (default: every model).
+        #[arg(long, value_name = "NAME")]
+        model: Option<String>,
+        /// The size of a symbolic dim of the inputs, NAME=N (repeatable; others are 1).
+        #[arg(long = "dim", value_name = "NAME=N")]
+        dims: Vec<String>,
+        /// Timed runs per function.
+        #[arg(long, default_value_t = 10)]
+        repeat: u32,
+        /// Untimed runs first.
+        #[arg(long, default_value_t = 2)]
+        warmup: u32,
+        /// How long to wait for a free device of the key at the tracker, in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+        wait: u64,
+    },
+    /// Run TVM's RPC tracker (from the managed toolchain) and print the devices that
+    /// register with it, until interrupted.
+    Tracker {
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// The port to listen on.
+        #[arg(long, default_value_t = 9190)]
+        port: u16,
     },
     /// Delete relax-build's artifact cache (RELAX_CACHE_DIR, default ~/.cache/relax-cargo/cache).
     Clean,
@@ -203,7 +252,28 @@ fn run(command: Command_) -> Result<ExitCode, String> {
             model,
             trials,
             target,
+            rpc: device,
+            wait,
         } => {
+            let device = device.map(|text| rpc::Device::parse(&text)).transpose()?;
+            let device = match device {
+                None => None,
+                Some(rpc::Device {
+                    host,
+                    port,
+                    key: Some(key),
+                }) => Some(tooling::RpcDevice {
+                    host,
+                    port,
+                    key,
+                    wait_seconds: wait,
+                }),
+                Some(rpc::Device { key: None, .. }) => return Err(
+                    "tune --rpc needs a tracker: HOST:PORT:KEY (meta-schedule asks the tracker \
+                                for the device of KEY for each candidate)"
+                        .to_string(),
+                ),
+            };
             let selected = package.select()?;
             let target = match target {
                 Some(target) => target,
@@ -224,11 +294,16 @@ fn run(command: Command_) -> Result<ExitCode, String> {
             }
             // Meta-schedule draws its own table: one line per model instead of a bar.
             let started = std::time::Instant::now();
-            let dirs =
-                tooling::tune_reporting(&config, model.as_deref(), trials, &|step, steps, what| {
+            let dirs = tooling::tune_reporting(
+                &config,
+                model.as_deref(),
+                trials,
+                device.as_ref(),
+                &|step, steps, what| {
                     eprintln!("[{step}/{steps}] {what} (after {:.0?})", started.elapsed());
-                })
-                .map_err(|error| error.to_string())?;
+                },
+            )
+            .map_err(|error| error.to_string())?;
             eprintln!("tuned in {:.0?}", started.elapsed());
             for dir in dirs {
                 println!("tuning records: {}", dir.display());
@@ -250,6 +325,39 @@ fn run(command: Command_) -> Result<ExitCode, String> {
             bin,
             out,
         } => bundle(&package.select()?, target, release, bin, out),
+        Command_::Bench {
+            package,
+            rpc: device,
+            target,
+            model,
+            dims,
+            repeat,
+            warmup,
+            wait,
+        } => {
+            let device = rpc::Device::parse(&device)?;
+            let dims = rpc::parse_dims(&dims)?;
+            if repeat == 0 {
+                return Err("--repeat must be at least 1".to_string());
+            }
+            let selected = package.select()?;
+            let target = match target {
+                Some(target) => target,
+                None => host_triple()?,
+            };
+            let config = config(&selected.manifest_dir, &target)?;
+            let models = rpc::compiled_models(&config, model.as_deref())?;
+            let request = rpc::BenchRequest {
+                device: &device,
+                dims,
+                warmup,
+                repeat,
+                wait_seconds: wait,
+            };
+            rpc::bench(&config, &models, &request, &target)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command_::Tracker { host, port } => rpc::tracker(&host, port),
         Command_::Clean => {
             let cache = tooling::cache(&Config::new().cargo_directives(false))
                 .map_err(|error| error.to_string())?;

@@ -3,14 +3,16 @@
 
 Run it from the repository root after changing a pin in relax-build/src/versions.rs:
 
-    python3 relax-build/locks/generate.py
+    python3 relax-build/locks/generate.py [toolchain.txt|torch.txt|tracker.txt ...]
+
+(with file names, only those locks are written).
 
 For every supported platform and CPython version it asks pip's resolver (with
 --dry-run --report, nothing is installed) for the full set of packages the pins need,
 transitive dependencies included, and writes
 relax-build/locks/<platform>/cp<XY>/toolchain.txt (TVM and the rest of
-`requirements()`) and torch.txt (torch and its dependencies, installed on top of the
-toolchain). Each line is `name==version --hash=sha256:...`, with the hash of every
+`requirements()`), torch.txt (torch and its dependencies, installed on top of the
+toolchain) and tracker.txt (tornado, which TVM's RPC tracker needs, likewise). Each line is `name==version --hash=sha256:...`, with the hash of every
 wheel of that release on PyPI that fits the platform and Python version (so that pip
 may choose, say, an older manylinux tag on an older glibc), as
 `pip install --require-hashes --no-deps` needs. Packages always come from PyPI itself
@@ -53,15 +55,19 @@ PYTHONS = ["3.11", "3.12", "3.13", "3.14"]
 
 
 def pins():
-    """The pins of versions.rs: (toolchain requirements, torch requirements)."""
+    """The pins of versions.rs: (toolchain requirements, {lock file: requirements installed
+    on top of the toolchain})."""
     text = VERSIONS.read_text()
     constants = dict(re.findall(r'pub const (\w+): &str = "([^"]+)";', text))
     body = text[text.index("pub fn requirements()"):]
     body = body[: body.index("\n}\n")]
     expand = lambda spec: re.sub(r"\{(\w+)\}", lambda m: constants[m.group(1)], spec)
     toolchain = [expand(spec) for spec in re.findall(r'"([A-Za-z0-9_.-]+==[^"]+)"', body)]
-    torch = [f"torch=={constants['TORCH_VERSION']}"]
-    return toolchain, torch
+    extras = {
+        "torch.txt": [f"torch=={constants['TORCH_VERSION']}"],
+        "tracker.txt": [f"tornado=={constants['TORNADO_VERSION']}"],
+    }
+    return toolchain, extras
 
 
 def resolve(requirements, platform_tags, python):
@@ -126,26 +132,31 @@ def write_lock(path, header, resolved, python, fits_platform):
 
 
 def main():
-    toolchain, torch = pins()
-    print("pins:", " ".join(toolchain), "|", " ".join(torch))
+    toolchain, extras = pins()
+    wanted = set(sys.argv[1:]) or {"toolchain.txt", *extras}
+    print("pins:", " ".join(toolchain), "|", " | ".join(" ".join(pins) for pins in extras.values()))
     for platform, (platform_tags, fits_platform) in PLATFORMS.items():
         for python in PYTHONS:
             folder = ROOT / platform / ("cp" + python.replace(".", ""))
             base = resolve(toolchain, platform_tags, python)
-            write_lock(folder / "toolchain.txt", f"{' '.join(toolchain)} for CPython {python} on {platform}",
-                       base, python, fits_platform)
-            # torch is installed on top of the toolchain: its lock holds what the
-            # toolchain lacks, resolved together with the toolchain's pins.
-            together = resolve(toolchain + torch, platform_tags, python)
-            base_names = {(name, version) for name, version, _ in base}
-            conflicts = {name for name, version, _ in together if name in {n for n, _ in base_names}
-                         and (name, version) not in base_names}
-            if conflicts:
-                sys.exit(f"torch needs other versions of {sorted(conflicts)} than the toolchain on {platform} "
-                         f"CPython {python}: pin them in versions.rs")
-            extra = [item for item in together if (item[0], item[1]) not in base_names]
-            write_lock(folder / "torch.txt", f"{' '.join(torch)} for CPython {python} on {platform} "
-                       "(on top of toolchain.txt)", extra, python, fits_platform)
+            if "toolchain.txt" in wanted:
+                write_lock(folder / "toolchain.txt", f"{' '.join(toolchain)} for CPython {python} on {platform}",
+                           base, python, fits_platform)
+            for file_name, extra_pins in extras.items():
+                if file_name not in wanted:
+                    continue
+                # Installed on top of the toolchain: the lock holds what the toolchain
+                # lacks, resolved together with the toolchain's pins.
+                together = resolve(toolchain + extra_pins, platform_tags, python)
+                base_names = {(name, version) for name, version, _ in base}
+                conflicts = {name for name, version, _ in together if name in {n for n, _ in base_names}
+                             and (name, version) not in base_names}
+                if conflicts:
+                    sys.exit(f"{' '.join(extra_pins)} needs other versions of {sorted(conflicts)} than the "
+                             f"toolchain on {platform} CPython {python}: pin them in versions.rs")
+                extra = [item for item in together if (item[0], item[1]) not in base_names]
+                write_lock(folder / file_name, f"{' '.join(extra_pins)} for CPython {python} on {platform} "
+                           "(on top of toolchain.txt)", extra, python, fits_platform)
 
 
 if __name__ == "__main__":

@@ -136,10 +136,14 @@ fn warn_when_untuned(resolver: &Resolver, model: &Model) {
         )
     } else {
         format!(
-            "relax-build: model `{}` is compiled untuned for {target}: tuning records are measured on the \
-             machine that runs them, and `cargo relax tune` tunes for the host ({}) only",
+            "relax-build: model `{}` has tune = {{ trials = {} }} but no tuning records for {target}; it is \
+             compiled untuned. Tune it on a device of that target running relax-rpc-server: `cargo relax tune \
+             --manifest-path {} --model {} --target {target} --rpc HOST:PORT:KEY`, and commit {}",
             model.name,
-            resolver.host()
+            tune.trials,
+            resolver.manifest_path().display(),
+            model.name,
+            records.display()
         )
     };
     resolver.cargo().warning(&message);

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::artifacts::{LIBRARY, SIGNATURE, WEIGHTS};
 use crate::cargo::Cargo;
 use crate::driver::{
-    self, Action, ArgumentSpec, Failure, FailureKind, MethodSpec, Outcome, Request,
+    self, Action, ArgumentSpec, Failure, FailureKind, MethodSpec, Outcome, Request, RpcDevice,
 };
 use crate::elf;
 use crate::error::{io, Error, Result};
@@ -130,7 +130,7 @@ impl Job<'_> {
 
     /// Tunes the model with meta-schedule (`trials` per task), recording into
     /// `records_dir`; the driver's progress goes straight to this process's output.
-    pub fn tune(&self, records_dir: &Path, trials: u32) -> Result<()> {
+    pub fn tune(&self, records_dir: &Path, trials: u32, rpc: Option<&RpcDevice>) -> Result<()> {
         std::fs::create_dir_all(records_dir)
             .map_err(io(format!("creating {}", records_dir.display())))?;
         let scratch = tempfile::Builder::new()
@@ -140,6 +140,7 @@ impl Job<'_> {
         let action = Action::Tune {
             trials,
             work_dir: records_dir.to_path_buf(),
+            rpc: rpc.cloned(),
         };
         self.run(action, scratch.path(), true)
     }
@@ -355,6 +356,7 @@ pub fn describe_failure(model: &Model, target: &CompileTarget<'_>, failure: Fail
         FailureKind::Pipeline => (Some(model.key("pipeline")), message, detail),
         FailureKind::TuningRecords => (Some(model.key("tune")), message, detail),
         FailureKind::TuningSymbolic => (Some(model.key("inputs")), message, detail),
+        FailureKind::TuningDevice => (None, message, detail),
         FailureKind::Link => {
             let (compiler, fix) = match target.cross_compiler {
                 Some(compiler) => (

@@ -167,10 +167,29 @@ pub const INSPECTION_FILE: &str = "inspection.json";
 pub enum Action {
     /// Compile and export the library, the signature and (ONNX) the weights.
     Compile,
-    /// Tune with meta-schedule, `trials` per task, recording into `work_dir`.
-    Tune { trials: u32, work_dir: PathBuf },
+    /// Tune with meta-schedule, `trials` per task, recording into `work_dir`; on this
+    /// machine, or on the device `rpc` names (through TVM's tracker).
+    Tune {
+        trials: u32,
+        work_dir: PathBuf,
+        rpc: Option<RpcDevice>,
+    },
     /// Import the model and report its functions without compiling (`cargo relax add`).
     Inspect,
+}
+
+/// A device registered with TVM's RPC tracker at `host:port` under `key`; a tool waits
+/// `wait_seconds` at most for it to be free.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RpcDevice {
+    /// The tracker's host.
+    pub host: String,
+    /// The tracker's port.
+    pub port: u16,
+    /// The key the device registered under.
+    pub key: String,
+    /// How long to wait for the device to be free.
+    pub wait_seconds: u64,
 }
 
 /// One argument of an export spec.
@@ -279,6 +298,8 @@ pub enum FailureKind {
     TuningRecords,
     /// Tuning was asked for a model with symbolic dims.
     TuningSymbolic,
+    /// The device to tune on is not at its tracker (`cargo relax tune --rpc`).
+    TuningDevice,
     /// `tvm.compile` failed.
     Compile,
     /// Linking the exported library failed.
@@ -481,6 +502,7 @@ mod tests {
             action: Action::Tune {
                 trials: 8,
                 work_dir: PathBuf::from("/records"),
+                rpc: None,
             },
             model: "m".to_string(),
             source: PathBuf::from("/m.py"),

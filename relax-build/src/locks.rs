@@ -2,7 +2,7 @@
 //!
 //! `locks/<platform>/cp<XY>/toolchain.txt` holds every package of
 //! `versions::requirements()` with its dependencies, and `torch.txt` what torch
-//! adds on top, each line `name==version --hash=sha256:...`. pip installs them with
+//! adds on top (`tracker.txt` likewise tornado, for TVM's RPC tracker), each line `name==version --hash=sha256:...`. pip installs them with
 //! `--require-hashes --no-deps`, so a mirror (or anyone between it and the build) that
 //! serves another file for a pinned version fails the build instead of running it.
 //! Wheels are per CPython version, so there is a lock per CPython minor version: the
@@ -23,20 +23,28 @@ macro_rules! shipped {
 const SHIPPED: &[(&str, &str)] = shipped![
     "linux-aarch64/cp311/toolchain.txt",
     "linux-aarch64/cp311/torch.txt",
+    "linux-aarch64/cp311/tracker.txt",
     "linux-aarch64/cp312/toolchain.txt",
     "linux-aarch64/cp312/torch.txt",
+    "linux-aarch64/cp312/tracker.txt",
     "linux-aarch64/cp313/toolchain.txt",
     "linux-aarch64/cp313/torch.txt",
+    "linux-aarch64/cp313/tracker.txt",
     "linux-aarch64/cp314/toolchain.txt",
     "linux-aarch64/cp314/torch.txt",
+    "linux-aarch64/cp314/tracker.txt",
     "linux-x86_64/cp311/toolchain.txt",
     "linux-x86_64/cp311/torch.txt",
+    "linux-x86_64/cp311/tracker.txt",
     "linux-x86_64/cp312/toolchain.txt",
     "linux-x86_64/cp312/torch.txt",
+    "linux-x86_64/cp312/tracker.txt",
     "linux-x86_64/cp313/toolchain.txt",
     "linux-x86_64/cp313/torch.txt",
+    "linux-x86_64/cp313/tracker.txt",
     "linux-x86_64/cp314/toolchain.txt",
     "linux-x86_64/cp314/torch.txt",
+    "linux-x86_64/cp314/tracker.txt",
 ];
 
 /// Which set of packages a lock installs.
@@ -46,6 +54,8 @@ pub enum Kind {
     Toolchain,
     /// torch and what it adds to the toolchain.
     Torch,
+    /// tornado, for TVM's RPC tracker.
+    Tracker,
 }
 
 impl Kind {
@@ -54,6 +64,7 @@ impl Kind {
         match self {
             Kind::Toolchain => "toolchain.txt",
             Kind::Torch => "torch.txt",
+            Kind::Tracker => "tracker.txt",
         }
     }
 }

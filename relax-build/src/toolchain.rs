@@ -37,7 +37,7 @@ use crate::error::{io, Error, Result};
 use crate::files::{self, LockFile};
 use crate::locks::{self, Kind, Lock};
 use crate::metadata::PythonSetting;
-use crate::versions::{install_command, TORCH_VERSION, TVM_VERSION};
+use crate::versions::{install_command, TORCH_VERSION, TORNADO_VERSION, TVM_VERSION};
 
 /// A usable Python with TVM.
 #[derive(Debug, Clone)]
@@ -463,23 +463,60 @@ impl Toolchain {
     /// first one, for messages): the managed toolchain gets the pinned torch installed
     /// once, with a notice; another Python must have it already.
     pub fn ensure_torch(&self, cargo: Cargo, model: &str) -> Result<()> {
+        self.ensure_extra(
+            cargo,
+            Extra {
+                module: "torch",
+                kind: Kind::Torch,
+                pin: format!("torch=={TORCH_VERSION}"),
+                needed_by: format!("model `{model}` is a PyTorch source"),
+                notice: "about 6 GB with its CUDA libraries, a minute or two",
+            },
+        )
+    }
+
+    /// Makes sure this Python can import tornado, which TVM's RPC tracker needs
+    /// (`cargo relax tracker`): installed into the managed toolchain once, as torch is.
+    pub fn ensure_tornado(&self, cargo: Cargo) -> Result<()> {
+        self.ensure_extra(
+            cargo,
+            Extra {
+                module: "tornado",
+                kind: Kind::Tracker,
+                pin: format!("tornado=={TORNADO_VERSION}"),
+                needed_by: "TVM's RPC tracker needs tornado".to_string(),
+                notice: "under 1 MB",
+            },
+        )
+    }
+
+    fn ensure_extra(&self, cargo: Cargo, extra: Extra) -> Result<()> {
         let probe = Command::new(&self.python)
             .args([
                 "-c",
-                "import importlib.util as u; print(u.find_spec('torch') is not None)",
+                &format!(
+                    "import importlib.util as u; print(u.find_spec('{}') is not None)",
+                    extra.module
+                ),
             ])
             .output();
         if probe.is_ok_and(|output| output.stdout.starts_with(b"True")) {
             return Ok(());
         }
+        let Extra {
+            module,
+            kind,
+            pin,
+            needed_by,
+            notice,
+        } = extra;
         let managed = managed_dir(cargo)?;
         if !self.python.starts_with(&managed) {
             return Err(Error::Toolchain {
                 message: format!(
-                    "model `{model}` is a PyTorch source, but the Python relax-build uses ({}, from {}) \
-                     has no torch.\nFix: `{} -m pip install torch=={TORCH_VERSION}`, or let relax-build \
-                     use its managed toolchain (unset RELAX_PYTHON / package.metadata.relax.python), \
-                     which installs torch itself.",
+                    "{needed_by}, but the Python relax-build uses ({}, from {}) has no {module}.\n\
+                     Fix: `{} -m pip install {pin}`, or let relax-build use its managed toolchain \
+                     (unset RELAX_PYTHON / package.metadata.relax.python), which installs {module} itself.",
                     self.python.display(),
                     self.origin,
                     self.python.display()
@@ -487,23 +524,40 @@ impl Toolchain {
             });
         }
         let tag = python_tag(self.python.as_os_str())?;
-        let lock = locks::shipped(Kind::Torch, &tag)
+        let lock = locks::shipped(kind, &tag)
             .map_err(|reason| no_lock(reason, self.python.as_os_str()))?;
-        let _lock = lock_beside(cargo, &managed, "torch.lock", "installing torch")?;
+        let _lock = lock_beside(
+            cargo,
+            &managed,
+            &format!("{module}.lock"),
+            &format!("installing {module}"),
+        )?;
         cargo.warning(&format!(
-            "relax-build: model `{model}` is a PyTorch source: installing torch=={TORCH_VERSION} into the \
-             managed toolchain (one time; about 6 GB with its CUDA libraries, a minute or two)"
+            "relax-build: {needed_by}: installing {pin} into the managed toolchain (one time; {notice})"
         ));
         pip_install_locked(
             &self.python,
             &lock,
             &managed,
-            Kind::Torch,
-            "pip install of torch",
+            kind,
+            &format!("pip install of {module}"),
         )?;
-        cargo.warning("relax-build: torch is installed");
+        cargo.warning(&format!("relax-build: {module} is installed"));
         Ok(())
     }
+}
+
+/// A package installed into the managed toolchain on top of its lock, when first needed.
+struct Extra {
+    /// Its Python module.
+    module: &'static str,
+    kind: Kind,
+    /// `name==version`.
+    pin: String,
+    /// Why it is needed, for messages.
+    needed_by: String,
+    /// Its size and install time, for the notice.
+    notice: &'static str,
 }
 
 /// Creates (or upgrades) the managed toolchain from its lock unless it is complete for

@@ -15,6 +15,7 @@ use crate::tuning;
 pub use crate::artifacts::ArtifactManifest;
 pub use crate::cache::Cache;
 pub use crate::cargo::Cargo;
+pub use crate::driver::RpcDevice;
 pub use crate::elf::{machine_name, machine_of, target_machine};
 pub use crate::metadata::{Model, PythonSetting};
 pub use crate::prepared::Prepared;
@@ -180,7 +181,7 @@ pub fn status(config: &Config) -> Result<(Option<Toolchain>, Vec<ModelStatus>)> 
 /// (per task) overrides `tune.trials`. Resumes from records already there. Returns
 /// the folders.
 pub fn tune(config: &Config, only: Option<&str>, trials: Option<u32>) -> Result<Vec<PathBuf>> {
-    tune_reporting(config, only, trials, &|_, _, _| {})
+    tune_reporting(config, only, trials, None, &|_, _, _| {})
 }
 
 /// Whether [`tune`] with `only` reads a model whose source the package's build script
@@ -196,11 +197,13 @@ pub fn tune_needs_out_dir(config: &Config, only: Option<&str>) -> Result<bool> {
         .is_some())
 }
 
-/// [`tune`], reporting each model as a step.
+/// [`tune`], reporting each model as a step; with `rpc`, candidates are measured on that
+/// device (which runs relax-rpc-server for `config`'s target) instead of this machine.
 pub fn tune_reporting(
     config: &Config,
     only: Option<&str>,
     trials: Option<u32>,
+    rpc: Option<&RpcDevice>,
     report: Report<'_>,
 ) -> Result<Vec<PathBuf>> {
     let package = Package::open(config)?;
@@ -227,11 +230,12 @@ pub fn tune_reporting(
                 .to_string(),
         });
     }
-    if resolver.cargo_target() != resolver.host() {
+    if resolver.cargo_target() != resolver.host() && rpc.is_none() {
         return Err(Error::UnsupportedTarget {
             target: resolver.cargo_target().to_string(),
             message: format!(
-                "tuning measures candidates on this machine ({}); tune for the host target (cross targets build untuned)",
+                "tuning measures candidates where they run: this machine ({}) for the host target; for \
+                 another, a device of that target running relax-rpc-server: add --rpc HOST:PORT:KEY (its tracker)",
                 resolver.host()
             ),
         });
@@ -257,10 +261,52 @@ pub fn tune_reporting(
             &model.name,
             resolver.cargo_target(),
         );
-        resolver.with_job(model, |job| job.tune(&records, trials))?;
+        resolver.with_job(model, |job| job.tune(&records, trials, rpc))?;
         dirs.push(records);
     }
     Ok(dirs)
+}
+
+/// A model compiled for a target through the cache ([`compile_for_target`]).
+#[derive(Debug, Clone)]
+pub struct CompiledArtifacts {
+    pub name: String,
+    /// Its cache entry: `library.so`, `signature.json` and, when it has weights,
+    /// `weights.safetensors`. Read it, never write it.
+    pub dir: PathBuf,
+}
+
+/// Compiles the package's models (or only the one named) for `config`'s target through
+/// the cache, without writing a prepared folder (`cargo relax bench --rpc`), reporting
+/// each model as a step. Models whose source the build script generates need `config`'s
+/// OUT_DIR (see [`tune_needs_out_dir`]).
+pub fn compile_for_target(
+    config: &Config,
+    only: Option<&str>,
+    report: Report<'_>,
+) -> Result<Vec<CompiledArtifacts>> {
+    let package = Package::open(config)?;
+    let resolver = &package.resolver;
+    let models = match only {
+        Some(name) => vec![package.model(name)?],
+        None => package.all_models()?.iter().collect(),
+    };
+    let steps = models.len();
+    let mut compiled = Vec::new();
+    for (index, model) in models.into_iter().enumerate() {
+        report(
+            index + 1,
+            steps,
+            &format!("compiling `{}` (or taking it from the cache)", model.name),
+        );
+        let inputs = resolver.key_inputs(model)?;
+        let artifacts = resolver.compile_cached(model, &inputs)?;
+        compiled.push(CompiledArtifacts {
+            name: model.name.clone(),
+            dir: artifacts.dir.clone(),
+        });
+    }
+    Ok(compiled)
 }
 
 /// Imports a model without compiling it and returns its functions (`cargo relax add`).

@@ -77,6 +77,11 @@ pub(crate) fn loaded() -> &'static Api {
         .expect("the TVM runtime is loaded before any TVM object exists")
 }
 
+/// The runtime, if it is loaded.
+pub(crate) fn loaded_if_any() -> Option<&'static Api> {
+    API.get()
+}
+
 /// Registers global functions with a just-loaded runtime, before any model loads.
 pub(crate) type Register = fn(&Api) -> std::result::Result<(), String>;
 

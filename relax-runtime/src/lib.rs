@@ -103,6 +103,7 @@ mod locate;
 mod object;
 mod outputs;
 mod profile;
+pub mod rpc;
 mod runtime;
 mod session;
 mod set_ops;

@@ -236,7 +236,7 @@ fn machine_name(machine: u16) -> String {
 /// Checks that `bytes` (the first bytes of a file of `length` bytes, at least its
 /// headers) are a 64-bit little-endian ELF library for this machine whose segments
 /// all lie within the file, so that mapping it cannot fault on a truncated file.
-fn check_elf(bytes: &[u8], length: u64) -> std::result::Result<(), String> {
+pub(crate) fn check_elf(bytes: &[u8], length: u64) -> std::result::Result<(), String> {
     let u16_at = |at: usize| {
         bytes
             .get(at..at + 2)

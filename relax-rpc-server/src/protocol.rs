@@ -1,0 +1,210 @@
+//! The two handshakes of TVM's RPC stack a device server speaks itself (the session
+//! that follows is TVM's runtime's, see `relax_runtime::rpc`):
+//!
+//! - a client's: it sends `RPC_MAGIC`, then its key (`client:<matchkey>`, options after
+//!   a space); the server answers `RPC_MAGIC` and its own key (`server:<key>`), or
+//!   `RPC_MISMATCH` for a wrong key;
+//! - the tracker's: the server sends `TRACKER_MAGIC` (echoed back), then JSON messages,
+//!   each framed by its length: `[UPDATE_INFO, {"key": "server:<key>", "addr": [host, port]}]`
+//!   once, `[PUT, key, [port, matchkey], host]` to offer itself to the next client asking
+//!   for `key` (the tracker hands that client the address and matchkey), and
+//!   `[GET_PENDING_MATCHKEYS]` to learn whether a client took the offer.
+//!
+//! Integers are 32-bit little-endian, as in TVM's `tvm/rpc/base.py`.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+pub const RPC_MAGIC: i32 = 0xFF271;
+pub const RPC_MISMATCH: i32 = 0xFF273;
+pub const TRACKER_MAGIC: i32 = 0x2F271;
+
+const PUT: i32 = 3;
+const UPDATE_INFO: i32 = 5;
+const GET_PENDING_MATCHKEYS: i32 = 7;
+
+/// A key, or a tracker message, longer than this is refused (the tracker's own bound).
+const MAX_MESSAGE: usize = 1 << 20;
+
+pub fn read_i32(stream: &mut impl Read) -> io::Result<i32> {
+    let mut bytes = [0u8; 4];
+    stream.read_exact(&mut bytes)?;
+    Ok(i32::from_le_bytes(bytes))
+}
+
+pub fn write_i32(stream: &mut impl Write, value: i32) -> io::Result<()> {
+    stream.write_all(&value.to_le_bytes())
+}
+
+/// Reads a length-prefixed byte string (a key, a tracker message).
+fn read_framed(stream: &mut impl Read) -> io::Result<Vec<u8>> {
+    let length = read_i32(stream)?;
+    let length = usize::try_from(length)
+        .ok()
+        .filter(|&length| length <= MAX_MESSAGE)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a message of {length} bytes"),
+            )
+        })?;
+    let mut bytes = vec![0u8; length];
+    stream.read_exact(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn write_framed(stream: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
+    let length = i32::try_from(bytes.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "message too long"))?;
+    write_i32(stream, length)?;
+    stream.write_all(bytes)
+}
+
+/// What a connecting client turned out to be.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Client {
+    /// A client with the expected key, answered: serve it.
+    Accepted,
+    /// A client with another key, told so.
+    WrongKey(String),
+    /// Not TVM's RPC protocol.
+    NotRpc,
+}
+
+/// Reads a client's handshake on `stream` and answers it: accepted when its key's first
+/// word is `client:<matchkey>` (options such as `-timeout=10` may follow).
+pub fn answer_client(
+    stream: &mut (impl Read + Write),
+    matchkey: &str,
+    server_key: &str,
+) -> io::Result<Client> {
+    if read_i32(stream)? != RPC_MAGIC {
+        return Ok(Client::NotRpc);
+    }
+    let key = String::from_utf8_lossy(&read_framed(stream)?).into_owned();
+    let first = key.split_whitespace().next().unwrap_or("");
+    if first != format!("client:{matchkey}") {
+        write_i32(stream, RPC_MISMATCH)?;
+        return Ok(Client::WrongKey(first.to_string()));
+    }
+    write_i32(stream, RPC_MAGIC)?;
+    write_framed(stream, format!("server:{server_key}").as_bytes())?;
+    Ok(Client::Accepted)
+}
+
+/// A device's registration with a tracker, over one connection.
+pub struct Tracker {
+    stream: TcpStream,
+    key: String,
+    port: u16,
+    /// The address clients are sent to (None: the one the tracker sees).
+    custom_host: Option<String>,
+    matchkey: String,
+    offers: u64,
+}
+
+impl Tracker {
+    /// Connects to the tracker at `address` and registers a device of key `key`
+    /// listening on `port`.
+    pub fn connect(
+        address: &str,
+        key: &str,
+        port: u16,
+        custom_host: Option<&str>,
+    ) -> io::Result<Tracker> {
+        let mut stream = connect_with_timeout(address, Duration::from_secs(10))?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        write_i32(&mut stream, TRACKER_MAGIC)?;
+        let echo = read_i32(&mut stream)?;
+        if echo != TRACKER_MAGIC {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{address} answered {echo:#x}, not TVM's tracker magic: is it a tracker?"),
+            ));
+        }
+        let mut tracker = Tracker {
+            stream,
+            key: key.to_string(),
+            port,
+            custom_host: custom_host.map(str::to_string),
+            matchkey: String::new(),
+            offers: 0,
+        };
+        let info = json!([UPDATE_INFO, {"key": format!("server:{key}"), "addr": [tracker.custom_host, port]}]);
+        tracker.expect_success(&info)?;
+        Ok(tracker)
+    }
+
+    /// The matchkey of the current offer (a client taking it sends `client:<matchkey>`).
+    pub fn matchkey(&self) -> &str {
+        &self.matchkey
+    }
+
+    /// Offers this device to the next client asking for its key, under a new matchkey.
+    pub fn offer(&mut self) -> io::Result<()> {
+        self.offers += 1;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_nanos())
+            .unwrap_or_default();
+        self.matchkey = format!(
+            "{}:{}.{nanos}.{}",
+            self.key,
+            std::process::id(),
+            self.offers
+        );
+        let put = json!([PUT, self.key, [self.port, self.matchkey], self.custom_host]);
+        self.expect_success(&put)
+    }
+
+    /// Whether the current offer is still waiting for a client (false: a client took it,
+    /// and should connect soon).
+    pub fn offer_pending(&mut self) -> io::Result<bool> {
+        match self.exchange(&json!([GET_PENDING_MATCHKEYS]))? {
+            Value::Array(keys) => Ok(keys.iter().any(|key| key.as_str() == Some(&self.matchkey))),
+            other => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the tracker answered {other} to GET_PENDING_MATCHKEYS"),
+            )),
+        }
+    }
+
+    fn exchange(&mut self, message: &Value) -> io::Result<Value> {
+        write_framed(&mut self.stream, message.to_string().as_bytes())?;
+        let reply = read_framed(&mut self.stream)?;
+        serde_json::from_slice(&reply)
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))
+    }
+
+    fn expect_success(&mut self, message: &Value) -> io::Result<()> {
+        match self.exchange(message)? {
+            Value::Number(code) if code.as_i64() == Some(0) => Ok(()),
+            other => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the tracker refused {message}: it answered {other}"),
+            )),
+        }
+    }
+}
+
+/// Connects to `address` (HOST:PORT), trying each address it resolves to.
+pub fn connect_with_timeout(address: &str, timeout: Duration) -> io::Result<TcpStream> {
+    use std::net::ToSocketAddrs;
+    let mut last = io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{address} resolves to no address"),
+    );
+    for resolved in address.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&resolved, timeout) {
+            Ok(stream) => return Ok(stream),
+            Err(error) => last = error,
+        }
+    }
+    Err(last)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,382 @@
+//! The board workflow on this machine: TVM's tracker (`cargo relax tracker`),
+//! relax-rpc-server built for aarch64, bundled by `cargo relax bundle` and run under
+//! qemu-user (which shares the host's loopback), and `cargo relax bench --rpc` timing a
+//! fixture's model on it; the same server built for the host; and the errors of each.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use relax_cargo_tests::{
+    assert_success, cargo, cargo_relax, fixture, fixture_target_dir, line_after, run_under_qemu,
+    stderr, stdout, workspace_root, IsolatedApp, CROSS_LINKER,
+};
+
+const AARCH64: &str = "aarch64-unknown-linux-gnu";
+
+/// A background process (and the processes it started), killed when dropped; its
+/// output goes to a file.
+struct Running {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Running {
+    fn start(command: &mut Command, log: PathBuf) -> Running {
+        let file = File::create(&log).expect("creating the log");
+        let child = command
+            .stdout(file.try_clone().expect("log"))
+            .stderr(file)
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|error| panic!("starting {command:?}: {error}"));
+        Running { child, log }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the output contains `text` (panics with the output after `seconds`).
+    fn wait_for(&mut self, text: &str, seconds: u64) {
+        let started = Instant::now();
+        while !self.output().contains(text) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "exited ({status}) before printing {text:?}:\n{}",
+                    self.output()
+                );
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(seconds),
+                "no {text:?} after {seconds} s:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // The whole group: `cargo run` and the tracker's own worker process too. (`--`
+        // first: procps' kill reads `-KILL -PGID` otherwise as options, and kills all.)
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn tracker(port: u16, logs: &Path) -> Running {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()));
+    command
+        .current_dir(workspace_root())
+        .env("CARGO_TARGET_DIR", fixture_target_dir())
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "cargo-relax",
+            "--",
+            "relax",
+            "tracker",
+            "--port",
+            &port.to_string(),
+        ]);
+    let mut tracker = Running::start(&mut command, logs.join("tracker.log"));
+    tracker.wait_for("tracker listening on 127.0.0.1", 300);
+    tracker
+}
+
+fn bench(args: &[&str]) -> std::process::Output {
+    let manifest = fixture("nn-mlp").join("Cargo.toml");
+    let mut all = vec!["bench", "--manifest-path", manifest.to_str().unwrap()];
+    all.extend_from_slice(args);
+    cargo_relax(&all, &[])
+}
+
+/// The table rows of `output` for the fixture's two functions, checked: `runs` runs of
+/// `[4,8]` inputs with positive times.
+fn assert_table(output: &str, heading: &str, runs: &str) {
+    assert!(output.contains(heading), "no {heading:?} in:\n{output}");
+    for function in ["embed", "forward"] {
+        let row: Vec<&str> = output
+            .lines()
+            .map(str::split_whitespace)
+            .map(Iterator::collect::<Vec<_>>)
+            .find(|row| row.first() == Some(&function))
+            .unwrap_or_else(|| panic!("no row for `{function}` in:\n{output}"));
+        assert_eq!(row[1..3], ["[4,8]", runs], "{output}");
+        let times: Vec<f64> = row[3..].iter().map(|time| time.parse().unwrap()).collect();
+        assert!(
+            times[1] > 0.0 && times[1] <= times[0] && times[0] <= times[2],
+            "{output}"
+        );
+    }
+}
+
+#[test]
+fn an_aarch64_device_server_under_qemu_times_a_model_through_the_tracker() {
+    let logs = tempfile::tempdir().unwrap();
+    let build = cargo(
+        workspace_root(),
+        &[
+            "build",
+            "--release",
+            "--target",
+            AARCH64,
+            "-p",
+            "relax-rpc-server",
+        ],
+        &[],
+    );
+    assert_success(&build, "the aarch64 build of relax-rpc-server");
+    let dist = logs.path().join("dist");
+    let bundled = cargo_relax(
+        &[
+            "bundle",
+            "-p",
+            "relax-rpc-server",
+            "--target",
+            AARCH64,
+            "--release",
+            "--out",
+            dist.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_success(&bundled, "cargo relax bundle -p relax-rpc-server");
+    let server = dist.join(format!("relax-rpc-server-{AARCH64}/relax-rpc-server"));
+
+    let mut tracker = tracker(19190, logs.path());
+    let mut device = Running::start(
+        Command::new("qemu-aarch64")
+            .args(["-L", "/usr/aarch64-linux-gnu"])
+            .arg(&server)
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "19091",
+                "--tracker",
+                "127.0.0.1:19190",
+                "--key",
+                "qemu-board",
+            ])
+            .env_remove("RELAX_RUNTIME_DIR")
+            .stdin(Stdio::null()),
+        logs.path().join("device.log"),
+    );
+    device.wait_for(
+        "registered with the tracker at 127.0.0.1:19190 as `qemu-board`",
+        120,
+    );
+    tracker.wait_for("device `qemu-board` at 127.0.0.1:19091 registered", 30);
+
+    let timed = bench(&[
+        "--rpc",
+        "127.0.0.1:19190:qemu-board",
+        "--target",
+        AARCH64,
+        "--dim",
+        "batch=4",
+        "--repeat",
+        "5",
+    ]);
+    assert_success(&timed, "cargo relax bench --rpc on the aarch64 device");
+    assert_table(
+        &stdout(&timed),
+        &format!("model `tiny_mlp` on device `qemu-board` via 127.0.0.1:19190 (target {AARCH64})"),
+        "5",
+    );
+
+    // A key no device registered: refused after --wait, naming the devices there are.
+    let wrong_key = bench(&[
+        "--rpc",
+        "127.0.0.1:19190:no-such-board",
+        "--target",
+        AARCH64,
+        "--wait",
+        "2",
+    ]);
+    assert!(!wrong_key.status.success());
+    let message = stderr(&wrong_key);
+    for part in [
+        "no device of key `no-such-board`",
+        "within 2 s",
+        "`qemu-board`",
+        "--wait SECONDS",
+    ] {
+        assert!(message.contains(part), "{part:?} in:\n{message}");
+    }
+
+    // The host's build of the model, sent to the aarch64 device.
+    let wrong_target = bench(&["--rpc", "127.0.0.1:19190:qemu-board", "--dim", "batch=4"]);
+    assert!(!wrong_target.status.success());
+    let message = stderr(&wrong_target);
+    assert!(
+        message.contains("is x86-64 code, but this process runs on AArch64"),
+        "{message}"
+    );
+    // The device served every session and is still offered.
+    tracker.wait_for("device `qemu-board` at 127.0.0.1:19091 registered", 30);
+    assert!(
+        device.output().matches("session with").count() >= 2,
+        "{}",
+        device.output()
+    );
+
+    tuning_on_the_device_gives_records_the_next_aarch64_build_applies(&device);
+}
+
+/// `cargo relax tune --target aarch64 --rpc` on the device above (a few trials of the
+/// two-models fixture's `double`): the records go to the aarch64 folder, change the
+/// aarch64 build's key (the build applies them), and the tuned build under qemu prints
+/// what the native build prints.
+fn tuning_on_the_device_gives_records_the_next_aarch64_build_applies(device: &Running) {
+    let app = IsolatedApp::new("two-models", "rpc-tuning");
+    let manifest = app.manifest();
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let tuned = text.replace(
+        "entry = \"Double\"",
+        "entry = \"Double\"\ntune = { trials = 2 }",
+    );
+    std::fs::write(&manifest, tuned).unwrap();
+    let key = |app: &IsolatedApp| {
+        let info = app.cargo_relax(&["info", "--target", AARCH64]);
+        assert_success(&info, "cargo relax info --target aarch64");
+        line_after(&stdout(&info), "model `double`: input key ").to_string()
+    };
+    let untuned = key(&app);
+
+    let tuning = app.cargo_relax(&[
+        "tune",
+        "--model",
+        "double",
+        "--target",
+        AARCH64,
+        "--rpc",
+        "127.0.0.1:19190:qemu-board",
+        "--trials",
+        "2",
+    ]);
+    assert_success(&tuning, "cargo relax tune --target aarch64 --rpc");
+    // Candidates, and the default schedule they must beat, were timed on the device.
+    let log = format!("{}{}", stdout(&tuning), stderr(&tuning));
+    assert!(log.contains("relax-build: task `multiply`: tuned"), "{log}");
+    let sessions = device.output().matches("ended after").count();
+    assert!(sessions >= 5, "{}", device.output());
+    let records = app.dir.join(".relax/tuning/double").join(AARCH64);
+    for file in ["database_workload.json", "database_tuning_record.json"] {
+        assert!(records.join(file).is_file(), "{file} written");
+    }
+    assert!(!app
+        .dir
+        .join(".relax/tuning/double/x86_64-unknown-linux-gnu")
+        .exists());
+    assert_ne!(
+        key(&app),
+        untuned,
+        "the records are part of the aarch64 build's key"
+    );
+
+    let env = [
+        ("RELAX_PYTHON", app.python.wrapper.to_str().unwrap()),
+        ("RELAX_CACHE_DIR", app.cache_dir.to_str().unwrap()),
+        CROSS_LINKER,
+    ];
+    let build = cargo(&app.dir, &["build", "--release", "--target", AARCH64], &env);
+    assert_success(&build, "the tuned aarch64 build");
+    let executable = fixture_target_dir()
+        .join(AARCH64)
+        .join("release/fixture-two-models-rpc-tuning");
+    let emulated = run_under_qemu(&executable, &[], app.temp());
+    assert_success(&emulated, "the tuned aarch64 build under qemu");
+    let native = app.cargo(&["run", "--quiet", "--release"]);
+    assert_success(&native, "the native build");
+    assert_eq!(stdout(&emulated), stdout(&native));
+}
+
+#[test]
+fn the_host_build_of_the_server_serves_the_host_s_models_directly() {
+    let logs = tempfile::tempdir().unwrap();
+    let build = cargo(
+        workspace_root(),
+        &["build", "--release", "-p", "relax-rpc-server"],
+        &[],
+    );
+    assert_success(&build, "the host build of relax-rpc-server");
+    let server = fixture_target_dir().join("release/relax-rpc-server");
+    let mut device = Running::start(
+        Command::new(&server).args(["--host", "127.0.0.1", "--port", "19092"]),
+        logs.path().join("device.log"),
+    );
+    device.wait_for("listening on 127.0.0.1:19092", 60);
+
+    let timed = bench(&[
+        "--rpc",
+        "127.0.0.1:19092",
+        "--dim",
+        "batch=4",
+        "--repeat",
+        "7",
+    ]);
+    assert_success(&timed, "cargo relax bench --rpc on the host's server");
+    let host =
+        String::from_utf8(Command::new("rustc").arg("-vV").output().unwrap().stdout).unwrap();
+    let host = host
+        .lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .unwrap()
+        .to_string();
+    assert_table(
+        &stdout(&timed),
+        &format!("model `tiny_mlp` on device 127.0.0.1:19092 (target {host})"),
+        "7",
+    );
+
+    // A second server on the same port, and one whose tracker is not there.
+    let taken = Command::new(&server)
+        .args(["--host", "127.0.0.1", "--port", "19092"])
+        .output()
+        .unwrap();
+    assert!(!taken.status.success());
+    assert!(
+        stderr(&taken).contains(
+            "port 19092 on 127.0.0.1 is in use (another server?): choose another with --port"
+        ),
+        "{}",
+        stderr(&taken)
+    );
+    let lost = Command::new(&server)
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--tracker",
+            "127.0.0.1:1",
+            "--key",
+            "board",
+        ])
+        .output()
+        .unwrap();
+    assert!(!lost.status.success());
+    let message = stderr(&lost);
+    assert!(
+        message.contains("cannot reach the tracker at 127.0.0.1:1")
+            && message.contains("cargo relax tracker"),
+        "{message}"
+    );
+    // No server at all.
+    let nobody = bench(&["--rpc", "127.0.0.1:1", "--dim", "batch=4"]);
+    assert!(!nobody.status.success());
+    assert!(
+        stderr(&nobody).contains("cannot connect to the device at 127.0.0.1:1"),
+        "{}",
+        stderr(&nobody)
+    );
+}
