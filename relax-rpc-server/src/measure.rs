@@ -89,6 +89,9 @@ pub fn time_model(request: &str) -> Result<String, String> {
     )
 }
 
+/// The largest input made for a run (4 GiB): larger dims are refused, not allocated.
+const MAX_INPUT_BYTES: usize = 1 << 32;
+
 /// The size of a symbolic dim the request does not give.
 pub const DEFAULT_DIM: i64 = 1;
 
@@ -127,7 +130,12 @@ fn sample_tensor(dtype: DType, shape: &[usize]) -> Result<Tensor, String> {
     let bytes_per = dtype.size_in_bytes();
     let bytes = count
         .checked_mul(bytes_per)
-        .ok_or("the input's shape is too large")?;
+        .filter(|&bytes| bytes <= MAX_INPUT_BYTES)
+        .ok_or_else(|| {
+            format!(
+                "an input of shape {shape:?} is over {MAX_INPUT_BYTES} bytes: choose smaller dims"
+            )
+        })?;
     let mut data = vec![0u8; bytes];
     let name = dtype.to_string();
     let mut state = 0x2545_f491_u32;
@@ -147,3 +155,6 @@ fn sample_tensor(dtype: DType, shape: &[usize]) -> Result<Tensor, String> {
     }
     Tensor::from_bytes(dtype, shape, &data).map_err(|error| error.to_string())
 }
+
+#[cfg(test)]
+mod tests;

@@ -32,6 +32,9 @@ pub type Command = fn(&str) -> std::result::Result<String, String>;
 /// The folder of the session being served (`tvm.rpc.server.workpath` answers in it).
 static WORK_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
+/// Held while a session is served: a second caller waits for the first session to end.
+static SERVING: Mutex<()> = Mutex::new(());
+
 /// Whether the server-side functions are registered (or why they could not be).
 static PREPARED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 
@@ -97,8 +100,13 @@ fn registering_failed(message: String, what: &str) -> Error {
 
 /// Serves one client session on `stream` (after the protocol's handshake, which the
 /// caller did), with `work_dir` as the session's folder, until the client ends it or
-/// the connection drops. The socket is closed when it returns.
+/// the connection drops. The socket is closed when it returns. Sessions are served one
+/// at a time: a call from another thread waits for the current session to end.
 pub fn serve_session(stream: TcpStream, work_dir: &Path) -> Result<()> {
+    // One session at a time per process: the session's folder is the process's.
+    let _serving = SERVING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     *WORK_DIR
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(work_dir.to_path_buf());
