@@ -357,6 +357,7 @@ pub fn describe_failure(model: &Model, target: &CompileTarget<'_>, failure: Fail
         FailureKind::TuningRecords => (Some(model.key("tune")), message, detail),
         FailureKind::TuningSymbolic => (Some(model.key("inputs")), message, detail),
         FailureKind::TuningDevice => (None, message, detail),
+        FailureKind::Weights => (Some(model.key("weights")), message, detail),
         FailureKind::Link => {
             let (compiler, fix) = match target.cross_compiler {
                 Some(compiler) => (

@@ -300,6 +300,8 @@ pub enum FailureKind {
     TuningSymbolic,
     /// The device to tune on is not at its tracker (`cargo relax tune --rpc`).
     TuningDevice,
+    /// Computing what the graph derives from weights alone failed (weight_transforms.py).
+    Weights,
     /// `tvm.compile` failed.
     Compile,
     /// Linking the exported library failed.

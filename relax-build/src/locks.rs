@@ -221,10 +221,11 @@ pub fn hash_mismatches(stderr: &str) -> Vec<HashMismatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::versions::{requirements, TORCH_VERSION, TVM_FFI_VERSION, TVM_VERSION};
+    use crate::versions::{requirements, TORCH_VERSION, TORNADO_VERSION, TVM_FFI_VERSION, TVM_VERSION};
 
     /// Every shipped lock line pins one version with at least one sha256, and every
-    /// toolchain lock holds every pin of `requirements()` (torch locks: the torch pin),
+    /// toolchain lock holds every pin of `requirements()` (torch locks: the torch pin,
+    /// tracker locks: the tornado pin),
     /// so a pin bumped without regenerating the locks fails here.
     #[test]
     fn every_shipped_lock_is_complete_and_matches_the_pins() {
@@ -257,6 +258,8 @@ mod tests {
             assert_eq!(pins.len(), packages);
             let expected = if path.ends_with("toolchain.txt") {
                 requirements()
+            } else if path.ends_with("tracker.txt") {
+                vec![format!("tornado=={TORNADO_VERSION}")]
             } else {
                 vec![format!("torch=={TORCH_VERSION}")]
             };

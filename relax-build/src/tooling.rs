@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metadata::{FileSource, ROOT_KEY};
 use crate::package::Package;
-use crate::resolve::{Resolver, ResolverSettings};
+use crate::resolve::{Artifacts, Resolver, ResolverSettings};
 use crate::runtime_libraries;
 use crate::tuning;
 
@@ -80,13 +80,7 @@ pub fn prepare_reporting(config: &Config, report: Report<'_>) -> Result<Vec<Prep
     let models = package.all_models()?;
     let steps = models.len() + 1;
     for (index, model) in models.iter().enumerate() {
-        report(
-            index + 1,
-            steps,
-            &format!("compiling `{}` (or taking it from the cache)", model.name),
-        );
-        let inputs = resolver.key_inputs(model)?;
-        let artifacts = resolver.compile_cached(model, &inputs)?;
+        let artifacts = compile_reporting(resolver, model, (index + 1, steps), report)?;
         let dir = crate::prepared::write(
             resolver.prepared_root(),
             &artifacts.dir,
@@ -270,6 +264,7 @@ pub fn tune_reporting(
 /// A model compiled for a target through the cache ([`compile_for_target`]).
 #[derive(Debug, Clone)]
 pub struct CompiledArtifacts {
+    /// The model's name.
     pub name: String,
     /// Its cache entry: `library.so`, `signature.json` and, when it has weights,
     /// `weights.safetensors`. Read it, never write it.
@@ -294,19 +289,30 @@ pub fn compile_for_target(
     let steps = models.len();
     let mut compiled = Vec::new();
     for (index, model) in models.into_iter().enumerate() {
-        report(
-            index + 1,
-            steps,
-            &format!("compiling `{}` (or taking it from the cache)", model.name),
-        );
-        let inputs = resolver.key_inputs(model)?;
-        let artifacts = resolver.compile_cached(model, &inputs)?;
+        let artifacts = compile_reporting(resolver, model, (index + 1, steps), report)?;
         compiled.push(CompiledArtifacts {
             name: model.name.clone(),
             dir: artifacts.dir.clone(),
         });
     }
     Ok(compiled)
+}
+
+/// Reports `step` (of `steps`) and compiles `model` for the resolver's target, or takes
+/// it from the cache.
+fn compile_reporting(
+    resolver: &Resolver,
+    model: &Model,
+    (step, steps): (usize, usize),
+    report: Report<'_>,
+) -> Result<Artifacts> {
+    report(
+        step,
+        steps,
+        &format!("compiling `{}` (or taking it from the cache)", model.name),
+    );
+    let inputs = resolver.key_inputs(model)?;
+    resolver.compile_cached(model, &inputs)
 }
 
 /// Imports a model without compiling it and returns its functions (`cargo relax add`).
