@@ -221,7 +221,9 @@ pub fn hash_mismatches(stderr: &str) -> Vec<HashMismatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::versions::{requirements, TORCH_VERSION, TORNADO_VERSION, TVM_FFI_VERSION, TVM_VERSION};
+    use crate::versions::{
+        requirements, TORCH_VERSION, TORNADO_VERSION, TVM_FFI_VERSION, TVM_VERSION,
+    };
 
     /// Every shipped lock line pins one version with at least one sha256, and every
     /// toolchain lock holds every pin of `requirements()` (torch locks: the torch pin,
