@@ -70,6 +70,61 @@ impl Drop for Running {
     }
 }
 
+/// The sessions a server's log shows started, and ended (normally or not).
+fn sessions(log: &str) -> (usize, usize) {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("relax-rpc-server: session with"))
+        .collect();
+    let ended = lines
+        .iter()
+        .filter(|line| line.contains(" ended after ") || line.contains(" failed: "))
+        .count();
+    (lines.len() - ended, ended)
+}
+
+/// Waits until `device`'s sessions (started, ended) satisfy `done`; false if
+/// `client_ended` (the client whose sessions they are) says so first.
+fn wait_for_sessions(
+    device: &mut Running,
+    done: impl Fn((usize, usize)) -> bool,
+    client_ended: impl Fn() -> bool,
+) -> bool {
+    let started = Instant::now();
+    while !done(sessions(&device.output())) {
+        if client_ended() {
+            return done(sessions(&device.output()));
+        }
+        if let Ok(Some(status)) = device.child.try_wait() {
+            panic!("the device exited ({status}):\n{}", device.output());
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "the device's sessions did not come after 900 s:\n{}",
+            device.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// Kills `device` (a board losing power) and returns its output.
+fn kill(device: Running) -> String {
+    let log = device.log.clone();
+    drop(device);
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
+/// The output of a tuning run that ended before the device's sessions came.
+fn ended_early(tuning: std::thread::ScopedJoinHandle<'_, std::process::Output>) -> ! {
+    let output = tuning.join().unwrap();
+    panic!(
+        "the tuning run ended before the device's sessions came:\n{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+}
+
 fn tracker(port: u16, logs: &Path) -> Running {
     let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()));
     command
@@ -118,6 +173,34 @@ fn assert_table(output: &str, heading: &str, runs: &str) {
     }
 }
 
+/// The bundled aarch64 server under qemu, registered with the tracker on 19190 as
+/// `qemu-board`.
+fn qemu_device(server: &Path, log: PathBuf) -> Running {
+    let mut device = Running::start(
+        Command::new("qemu-aarch64")
+            .args(["-L", "/usr/aarch64-linux-gnu"])
+            .arg(server)
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "19091",
+                "--tracker",
+                "127.0.0.1:19190",
+                "--key",
+                "qemu-board",
+            ])
+            .env_remove("RELAX_RUNTIME_DIR")
+            .stdin(Stdio::null()),
+        log,
+    );
+    device.wait_for(
+        "registered with the tracker at 127.0.0.1:19190 as `qemu-board`",
+        120,
+    );
+    device
+}
+
 #[test]
 fn an_aarch64_device_server_under_qemu_times_a_model_through_the_tracker() {
     let logs = tempfile::tempdir().unwrap();
@@ -152,28 +235,7 @@ fn an_aarch64_device_server_under_qemu_times_a_model_through_the_tracker() {
     let server = dist.join(format!("relax-rpc-server-{AARCH64}/relax-rpc-server"));
 
     let mut tracker = tracker(19190, logs.path());
-    let mut device = Running::start(
-        Command::new("qemu-aarch64")
-            .args(["-L", "/usr/aarch64-linux-gnu"])
-            .arg(&server)
-            .args([
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "19091",
-                "--tracker",
-                "127.0.0.1:19190",
-                "--key",
-                "qemu-board",
-            ])
-            .env_remove("RELAX_RUNTIME_DIR")
-            .stdin(Stdio::null()),
-        logs.path().join("device.log"),
-    );
-    device.wait_for(
-        "registered with the tracker at 127.0.0.1:19190 as `qemu-board`",
-        120,
-    );
+    let device = qemu_device(&server, logs.path().join("device.log"));
     tracker.wait_for("device `qemu-board` at 127.0.0.1:19091 registered", 30);
 
     let timed = bench(&[
@@ -229,50 +291,134 @@ fn an_aarch64_device_server_under_qemu_times_a_model_through_the_tracker() {
         device.output()
     );
 
-    tuning_on_the_device_gives_records_the_next_aarch64_build_applies(&device);
+    tuning_on_the_device_gives_records_the_next_aarch64_build_applies(device, &server, logs.path());
 }
 
-/// `cargo relax tune --target aarch64 --rpc` on the device above (a few trials of the
-/// two-models fixture's `double`): the records go to the aarch64 folder, change the
-/// aarch64 build's key (the build applies them), and the tuned build under qemu prints
-/// what the native build prints.
-fn tuning_on_the_device_gives_records_the_next_aarch64_build_applies(device: &Running) {
-    let app = IsolatedApp::new("two-models", "rpc-tuning");
+/// A copy of the two-models fixture whose `double` may be tuned, with a third model,
+/// `scale` (64x256 values, so that its task has several schedules to measure).
+fn tunable_two_models(name: &str) -> IsolatedApp {
+    let app = IsolatedApp::new("two-models", name);
     let manifest = app.manifest();
     let text = std::fs::read_to_string(&manifest).unwrap();
     let tuned = text.replace(
         "entry = \"Double\"",
         "entry = \"Double\"\ntune = { trials = 2 }",
     );
-    std::fs::write(&manifest, tuned).unwrap();
+    let with_scale = format!(
+        "{tuned}\n[package.metadata.relax.models.scale]\nsource = \"models/scale.py\"\n\
+         entry = \"Scale\"\ntune = {{ trials = 4 }}\n"
+    );
+    std::fs::write(&manifest, with_scale).unwrap();
+    std::fs::write(
+        app.dir.join("models/scale.py"),
+        r#"from tvm.script import ir as I
+from tvm.script import relax as R
+
+
+@I.ir_module
+class Scale:
+    @R.function
+    def apply(x: R.Tensor((64, 256), "float32")) -> R.Tensor((64, 256), "float32"):
+        return R.add(R.multiply(x, R.const(2.0, "float32")), R.const(1.0, "float32"))
+"#,
+    )
+    .unwrap();
+    app
+}
+
+/// `cargo relax tune --target aarch64 --rpc` on the device above. First `scale`, the
+/// device killed in the middle of the first candidate's measurement and started again as
+/// a supervisor would: the run reports the failed candidate and goes on. Then a few
+/// trials of `double`: the records go to the aarch64 folder, change the aarch64 build's
+/// key (the build applies them), and the tuned build under qemu prints what the native
+/// build prints.
+fn tuning_on_the_device_gives_records_the_next_aarch64_build_applies(
+    device: Running,
+    server: &Path,
+    logs: &Path,
+) {
+    let app = tunable_two_models("rpc-tuning");
+    let tune = |model: &str| {
+        app.cargo_relax(&[
+            "tune",
+            "--model",
+            model,
+            "--target",
+            AARCH64,
+            "--rpc",
+            "127.0.0.1:19190:qemu-board",
+        ])
+    };
+    let before = sessions(&device.output());
+    let (interrupted, device) = std::thread::scope(|scope| {
+        let tuning = scope.spawn(|| tune("scale"));
+        // Session 1 asks the device's core count; session 2 measures the first
+        // candidate: the device is killed while it is in flight.
+        let mut device = device;
+        if !wait_for_sessions(
+            &mut device,
+            |(started, _)| started >= before.0 + 2,
+            || tuning.is_finished(),
+        ) {
+            ended_early(tuning);
+        }
+        let output = kill(device);
+        assert_eq!(
+            sessions(&output),
+            (before.0 + 2, before.1 + 1),
+            "the measurement was in flight when the device was killed:\n{output}"
+        );
+        let restarted = qemu_device(server, logs.join("device-restarted.log"));
+        (tuning.join().unwrap(), restarted)
+    });
+    assert_success(
+        &interrupted,
+        "cargo relax tune --model scale, the device killed once",
+    );
+    let log = format!("{}{}", stdout(&interrupted), stderr(&interrupted));
+    for part in [
+        "a candidate failed to run on device `qemu-board`; tuning goes on",
+        "candidates failed (each is recorded as failed, and the search went on without it)",
+        // The other candidates, and the default schedule they must beat, were timed on
+        // the restarted device.
+        ": tuned",
+    ] {
+        assert!(log.contains(part), "{part:?} in:\n{log}");
+    }
+    let (_, ended) = sessions(&device.output());
+    assert!(ended >= 2, "{}", device.output());
+    assert!(!app
+        .dir
+        .join(".relax/tuning/scale")
+        .join(AARCH64)
+        .join("unfinished")
+        .exists());
+
     let key = |app: &IsolatedApp| {
         let info = app.cargo_relax(&["info", "--target", AARCH64]);
         assert_success(&info, "cargo relax info --target aarch64");
         line_after(&stdout(&info), "model `double`: input key ").to_string()
     };
     let untuned = key(&app);
-
-    let tuning = app.cargo_relax(&[
-        "tune",
-        "--model",
-        "double",
-        "--target",
-        AARCH64,
-        "--rpc",
-        "127.0.0.1:19190:qemu-board",
-        "--trials",
-        "2",
-    ]);
-    assert_success(&tuning, "cargo relax tune --target aarch64 --rpc");
-    // Candidates, and the default schedule they must beat, were timed on the device.
+    let before = sessions(&device.output());
+    let tuning = tune("double");
+    assert_success(
+        &tuning,
+        "cargo relax tune --model double --target aarch64 --rpc",
+    );
     let log = format!("{}{}", stdout(&tuning), stderr(&tuning));
+    // Candidates, and the default schedule they must beat, were timed on the device.
     assert!(log.contains("relax-build: task `multiply`: tuned"), "{log}");
-    let sessions = device.output().matches("ended after").count();
-    assert!(sessions >= 5, "{}", device.output());
+    let (_, ended) = sessions(&device.output());
+    assert!(ended >= before.1 + 3, "{}", device.output());
     let records = app.dir.join(".relax/tuning/double").join(AARCH64);
     for file in ["database_workload.json", "database_tuning_record.json"] {
         assert!(records.join(file).is_file(), "{file} written");
     }
+    assert!(
+        !records.join("unfinished").exists(),
+        "a finished run leaves no unfinished database"
+    );
     assert!(!app
         .dir
         .join(".relax/tuning/double/x86_64-unknown-linux-gnu")
@@ -379,4 +525,87 @@ fn the_host_build_of_the_server_serves_the_host_s_models_directly() {
         "{}",
         stderr(&nobody)
     );
+
+    tuning_stops_when_the_device_does_not_come_back_and_resumes_when_it_does(
+        &server,
+        logs.path(),
+        &host,
+    );
+}
+
+/// A host tuning run through a tracker whose only device leaves after the first session
+/// and does not come back within `--wait`: the run stops with an error naming the key,
+/// keeps what it measured in the unfinished database (which builds do not apply), and the
+/// same command, with the device back, resumes and finishes.
+fn tuning_stops_when_the_device_does_not_come_back_and_resumes_when_it_does(
+    server: &Path,
+    logs: &Path,
+    host: &str,
+) {
+    let _tracker = tracker(19193, logs);
+    let start_device = |log: &str| {
+        let mut device = Running::start(
+            Command::new(server).args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "19094",
+                "--tracker",
+                "127.0.0.1:19193",
+                "--key",
+                "host-board",
+            ]),
+            logs.join(log),
+        );
+        device.wait_for("as `host-board`", 60);
+        device
+    };
+    let app = tunable_two_models("rpc-host-tuning");
+    let tune = [
+        "tune",
+        "--model",
+        "double",
+        "--rpc",
+        "127.0.0.1:19193:host-board",
+        "--wait",
+        "5",
+        "--trials",
+        "2",
+    ];
+    let device = start_device("host-device.log");
+    let stopped = std::thread::scope(|scope| {
+        let tuning = scope.spawn(|| app.cargo_relax(&tune));
+        // Session 1 asks the device's core count; the device leaves after it.
+        let mut device = device;
+        if !wait_for_sessions(
+            &mut device,
+            |(_, ended)| ended >= 1,
+            || tuning.is_finished(),
+        ) {
+            ended_early(tuning);
+        }
+        kill(device);
+        tuning.join().unwrap()
+    });
+    assert!(!stopped.status.success());
+    let message = stderr(&stopped);
+    for part in [
+        "the device left during tuning: no device of key `host-board`",
+        "within 5 s (the devices it knows: none)",
+        "the same `cargo relax tune` command resumes from them",
+    ] {
+        assert!(message.contains(part), "{part:?} in:\n{message}");
+    }
+    let records = app.dir.join(".relax/tuning/double").join(host);
+    assert!(records.join("unfinished").is_dir(), "{message}");
+    assert!(
+        !records.join("database_tuning_record.json").exists(),
+        "an unfinished run's records are not applied"
+    );
+
+    let _device = start_device("host-device-back.log");
+    let resumed = app.cargo_relax(&tune);
+    assert_success(&resumed, "the same tune command with the device back");
+    assert!(records.join("database_tuning_record.json").is_file());
+    assert!(!records.join("unfinished").exists());
 }

@@ -123,7 +123,9 @@ pub fn bench(
     let request_path = folder.path().join("request.json");
     std::fs::write(&request_path, script_request.to_string())
         .map_err(|error| format!("writing {}: {error}", request_path.display()))?;
+    let driver = tooling::driver_dir(config).map_err(|error| error.to_string())?;
     let output = Command::new(&toolchain.python)
+        .env("PYTHONPATH", &driver)
         .arg("-c")
         .arg(BENCH_SCRIPT)
         .arg(&request_path)

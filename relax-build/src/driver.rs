@@ -152,6 +152,14 @@ pub const SOURCES: &[(&str, &str)] = &[
         "relax_driver/weight_transforms.py",
         include_str!("../driver/relax_driver/weight_transforms.py"),
     ),
+    (
+        "relax_driver/devices.py",
+        include_str!("../driver/relax_driver/devices.py"),
+    ),
+    (
+        "relax_driver/linking.py",
+        include_str!("../driver/relax_driver/linking.py"),
+    ),
 ];
 
 /// The request file name in the work folder.

@@ -61,6 +61,16 @@ pub fn toolchain(config: &Config) -> Result<Toolchain> {
     .find_or_provision()
 }
 
+/// The folder of the installed compile driver (its `relax_driver` package), for tools
+/// that run Python with it importable (`PYTHONPATH`), as `cargo relax bench --rpc` does.
+pub fn driver_dir(config: &Config) -> Result<PathBuf> {
+    let main = crate::driver::install(&config.cache()?.drivers_dir())?;
+    Ok(main
+        .parent()
+        .expect("the driver's entry point is in its folder")
+        .to_path_buf())
+}
+
 /// Told of each step of a long operation before it starts: `(step, steps, what)`, steps
 /// counted from 1 (`cargo relax` shows them as progress).
 pub type Report<'a> = &'a dyn Fn(usize, usize, &str);

@@ -137,21 +137,29 @@ fn sample_tensor(dtype: DType, shape: &[usize]) -> Result<Tensor, String> {
             )
         })?;
     let mut data = vec![0u8; bytes];
-    let name = dtype.to_string();
+    let integers = [
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+    ];
     let mut state = 0x2545_f491_u32;
     for element in data.chunks_exact_mut(bytes_per) {
         state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
         let unit = f64::from(state >> 8) / f64::from(1u32 << 24);
-        match name.as_str() {
-            "float32" => element.copy_from_slice(&(unit as f32).to_le_bytes()),
-            "float64" => element.copy_from_slice(&unit.to_le_bytes()),
-            "bool" => {}
-            _ if name.starts_with("int") || name.starts_with("uint") => {
-                element[0] = (state >> 31) as u8
-            }
-            // Other floats (float16, bfloat16, float8): zero, a valid value of each.
-            _ => {}
+        if dtype == DType::F32 {
+            element.copy_from_slice(&(unit as f32).to_le_bytes());
+        } else if dtype == DType::F64 {
+            element.copy_from_slice(&unit.to_le_bytes());
+        } else if integers.contains(&dtype) {
+            // 0 or 1 in the lowest byte (little-endian): a valid index of any dim.
+            element[0] = (state >> 31) as u8;
         }
+        // bool and the other floats (float16, bfloat16, float8): zero, a valid value of each.
     }
     Tensor::from_bytes(dtype, shape, &data).map_err(|error| error.to_string())
 }

@@ -104,6 +104,11 @@ pub(crate) fn raise(api: &Api, kind: &str, message: &str) {
 
 /// Whether a global function named `name` is registered (TVM's builtins, relax-runtime's).
 pub(crate) fn is_global(api: &Api, name: &str) -> bool {
+    global(api, name).is_some()
+}
+
+/// The global function named `name`, if one is registered.
+pub(crate) fn global(api: &Api, name: &str) -> Option<Object> {
     let bytes = sys::TVMFFIByteArray {
         data: name.as_ptr().cast(),
         size: name.len(),
@@ -111,10 +116,8 @@ pub(crate) fn is_global(api: &Api, name: &str) -> bool {
     let mut handle: sys::TVMFFIObjectHandle = std::ptr::null_mut();
     // SAFETY: `bytes` describes a live string; `handle` receives an owned function or null.
     let status = unsafe { (api.ffi.TVMFFIFunctionGetGlobal)(&bytes, &mut handle) };
-    if handle.is_null() {
-        return false;
-    }
-    // SAFETY: `handle` is the owned reference the lookup returned, released once.
-    unsafe { (api.ffi.TVMFFIObjectDecRef)(handle) };
-    status == 0
+    // SAFETY: `handle` is null or the owned reference the lookup returned, released when
+    // the `Object` drops.
+    let function = unsafe { Object::from_owned(handle) };
+    function.filter(|_| status == 0)
 }

@@ -158,7 +158,7 @@ pub(crate) unsafe fn load_file(model: &str, path: &Path) -> Result<Arc<Library>>
     }))
 }
 
-fn load_module(model: &str, path: &Path, origin: &str) -> Result<Object> {
+pub(crate) fn load_module(model: &str, path: &Path, origin: &str) -> Result<Object> {
     let path_c =
         CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Error::LibraryLoad {
             path: path.to_path_buf(),

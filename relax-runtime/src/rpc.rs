@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::globals;
 use crate::library;
 use crate::locate::Hints;
-use crate::object::{self, argument, Callee, Object, Value, LOAD_SHARED_LIBRARY};
+use crate::object::{self, argument, Callee, Object};
 use crate::runtime;
 use crate::sys;
 
@@ -126,22 +126,11 @@ pub fn serve_session(stream: TcpStream, work_dir: &Path) -> Result<()> {
 
 /// The global function `name`, which TVM's runtime registers.
 fn global_function(api: &Api, name: &str) -> Result<Object> {
-    let bytes = sys::TVMFFIByteArray {
-        data: name.as_ptr().cast(),
-        size: name.len(),
-    };
-    let mut handle: sys::TVMFFIObjectHandle = std::ptr::null_mut();
-    // SAFETY: `bytes` describes a live string; `handle` receives an owned function or null.
-    let status = unsafe { (api.ffi.TVMFFIFunctionGetGlobal)(&bytes, &mut handle) };
-    // SAFETY: `handle` is null or the owned reference the lookup returned.
-    match (status, unsafe { Object::from_owned(handle) }) {
-        (0, Some(function)) => Ok(function),
-        _ => Err(Error::Tvm {
-            kind: "RuntimeError".to_string(),
-            message: format!("this TVM runtime has no `{name}`"),
-            context: "looking up TVM's RPC server".to_string(),
-        }),
-    }
+    globals::global(api, name).ok_or_else(|| Error::Tvm {
+        kind: "RuntimeError".to_string(),
+        message: format!("this TVM runtime has no `{name}`"),
+        context: "looking up TVM's RPC server".to_string(),
+    })
 }
 
 /// `tvm.rpc.server.workpath(name)`: `name` in the session's folder.
@@ -250,14 +239,6 @@ fn loaded_library(name: &str) -> std::result::Result<Object, String> {
              export_library and the target's cross compiler"
         ));
     }
-    let path_c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| format!("the path of `{name}` contains a NUL byte"))?;
-    let mut arguments = [argument::str(&path_c), argument::str(c"so")];
-    match object::call(Callee::Global(LOAD_SHARED_LIBRARY), &mut arguments, || {
-        format!("loading the uploaded module `{name}`")
-    }) {
-        Ok(Value::Object(module)) => Ok(module),
-        Ok(other) => Err(format!("loading `{name}` returned {}", other.describe())),
-        Err(error) => Err(error.to_string()),
-    }
+    library::load_module(name, &path, &format!("the uploaded module `{name}`"))
+        .map_err(|error| error.to_string())
 }

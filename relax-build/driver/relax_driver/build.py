@@ -5,6 +5,7 @@ import os
 import traceback
 
 from .errors import DriverError
+from .linking import export_shared_library
 
 
 def make_target(request, extra=None):
@@ -127,20 +128,9 @@ def checked_records_copy(records, output_dir):
 
 
 def export_library(executable, output_dir, library_name, cross_compiler):
-    from tvm.support import cc
-
     temporary = os.path.join(output_dir, library_name + ".tmp.so")
     try:
-        if cross_compiler:
-            # The triple comes from the compiler (`-dumpmachine`): TVM otherwise takes it from
-            # the library's LLVM code, and packs the VM bytecode for the host when all the
-            # code is relax-runtime's kernels and there is none.
-            compile_function = cc.cross_compiler(
-                cross_compiler, get_target_triple=cc.get_target_by_dump_machine(cross_compiler)
-            )
-            executable.export_library(temporary, fcompile=compile_function)
-        else:
-            executable.export_library(temporary)
+        export_shared_library(executable, temporary, cross_compiler)
     except Exception as error:
         lines = [line for line in str(error).splitlines() if line.strip()]
         raise DriverError(

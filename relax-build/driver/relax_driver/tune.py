@@ -1,10 +1,16 @@
 """Meta-schedule tuning of a model's tasks (`cargo relax tune`)."""
 
+import functools
 import os
 import shutil
 
+from .devices import NO_FREE_DEVICE, DeviceError, runner_session, session
 from .errors import DriverError
+from .linking import export_candidate, export_shared_library
 from .signature import symbolic_dims
+
+# The files of a meta-schedule JSON database (relax-build's tuning.rs names them too).
+RECORD_FILES = ("database_workload.json", "database_tuning_record.json")
 
 
 def refuse_symbolic_dims(functions, model):
@@ -26,7 +32,7 @@ def refuse_symbolic_dims(functions, model):
         )
 
 
-def builder_with_intrinsics_imported(ms, cross_compiler=None):
+def builder_with_intrinsics_imported(ms, device_compiler=None):
     """meta-schedule's local builder, its workers importing TVM's tensor intrinsics first.
 
     Its default build imports them in each worker (a new pool for each round of builds)
@@ -34,36 +40,25 @@ def builder_with_intrinsics_imported(ms, cross_compiler=None):
     10-100 s of CPU on a slow 2-core machine: every build of a round timed out and the
     task recorded nothing. A worker's initializer runs untimed, before its builds.
 
-    With `cross_compiler` (a device's target), each candidate is linked into a shared
-    library for the device: relax-rpc-server loads shared libraries only (meta-schedule's
-    default is a tar of object files, which TVM's Python server links on the device).
+    With `device_compiler` (measuring on a device: "" for the host's compiler), each
+    candidate is linked into a shared library, which relax-rpc-server loads.
     """
 
-    # Nested, so that the worker gets them by value: it cannot import relax_driver.
+    # Nested, so that the worker gets it by value.
     def import_tensor_intrinsics():
         import tvm.s_tir.tensor_intrin  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
 
-    def export_shared_library(mod):
-        import os as os_
-        import tempfile
-
-        from tvm.support import cc
-
-        path = os_.path.join(tempfile.mkdtemp(), "tvm_tmp_mod.so")
-        compile_function = cc.cross_compiler(
-            cross_compiler, get_target_triple=cc.get_target_by_dump_machine(cross_compiler)
-        )
-        mod.export_library(path, fcompile=compile_function)
-        return path
-
-    if cross_compiler:
-        return ms.builder.LocalBuilder(initializer=import_tensor_intrinsics, f_export=export_shared_library)
-    return ms.builder.LocalBuilder(initializer=import_tensor_intrinsics)
+    if device_compiler is None:
+        return ms.builder.LocalBuilder(initializer=import_tensor_intrinsics)
+    return ms.builder.LocalBuilder(
+        initializer=import_tensor_intrinsics, f_export=functools.partial(export_candidate, device_compiler)
+    )
 
 
 def rpc_runner(ms, device):
-    """meta-schedule's RPC runner for `device` (the request's "rpc"), its arguments filled
-    from this machine (relax-rpc-server has no random fill of its own)."""
+    """meta-schedule's RPC runner for `device` (the request's "rpc"): its sessions wait
+    `--wait` seconds at most for a free device, and its arguments are filled from this
+    machine (relax-rpc-server has no random fill of its own)."""
 
     def alloc_argument(session, remote_device, args_info, alloc_repeat):
         import numpy as np
@@ -83,14 +78,20 @@ def rpc_runner(ms, device):
         session_priority=1,
         session_timeout_sec=600,
     )
-    return ms.runner.RPCRunner(config, f_alloc_argument=alloc_argument, max_workers=1)
+    return ms.runner.RPCRunner(
+        config,
+        f_create_session=functools.partial(runner_session, device["wait_seconds"]),
+        f_alloc_argument=alloc_argument,
+        max_workers=1,
+    )
 
 
 def device_session(device):
-    """A session with the device (the request's "rpc"), through its tracker."""
-    from tvm import rpc
-
-    return rpc.connect_tracker(device["host"], device["port"]).request(device["key"], priority=1, session_timeout=0)
+    """A session with a free device of the request's "rpc", waiting --wait at most."""
+    try:
+        return session(device["host"], device["port"], device["key"], device["wait_seconds"])
+    except DeviceError as error:
+        raise DriverError("tuning_device", str(error), subject=device["key"]) from error
 
 
 def device_cores(device):
@@ -101,42 +102,54 @@ def device_cores(device):
     return int(device_session(device).get_function("runtime.NumThreads")())
 
 
-def wait_for_device(device):
-    """Waits (device["wait_seconds"] at most) for a device of the key at the tracker: the
-    runner's own request would wait forever."""
-    import time
+def let_workers_import_the_driver():
+    """meta-schedule's builder and runner workers are fresh Python processes; the
+    functions given to them by reference (`linking.export_candidate`,
+    `devices.runner_session`) need this driver importable there."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
 
-    from tvm import rpc
 
-    host, port, key = device["host"], device["port"], device["key"]
-    try:
-        tracker = rpc.connect_tracker(host, port)
-    except Exception as error:
-        raise DriverError(
-            "tuning_device", f"cannot reach the tracker at {host}:{port}: {error}; start one with `cargo relax tracker`"
-        ) from error
-    deadline = time.monotonic() + device["wait_seconds"]
-    while True:
-        summary = tracker.summary()
-        if summary.get("queue_info", {}).get(key, {}).get("free", 0) > 0:
-            return
-        if time.monotonic() > deadline:
-            keys = sorted(
-                {info["key"][len("server:"):] for info in summary.get("server_info", []) if info["key"].startswith("server:")}
-            )
-            raise DriverError(
-                "tuning_device",
-                f"no device of key `{key}` became free at the tracker {host}:{port} within {device['wait_seconds']} s "
-                f"(the devices it knows: {', '.join(f'`{k}`' for k in keys) or 'none'}); start "
-                f"`relax-rpc-server --tracker {host}:{port} --key {key}` on the device, or wait longer with --wait",
-                subject=key,
-            )
-        time.sleep(0.5)
+def failure_reporter(ms, device):
+    """A measure callback that prints each candidate that failed to build or to run (on
+    the device, with `device`), counts them, and stops the run when the device has left
+    the tracker and none came back within --wait (every later candidate would wait as long)."""
+    from tvm.ir.utils import derived_object
+
+    @derived_object
+    class ReportFailures(ms.measure_callback.PyMeasureCallback):
+        def __init__(self):
+            super().__init__()
+            self.failed = 0
+            self.measured = 0
+            self.device_lost = None
+
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+            task = task_scheduler.tasks_[task_id].ctx.task_name
+            where = f"on device `{device['key']}`" if device else "on this machine"
+            for built, ran in zip(builder_results, runner_results):
+                self.measured += 1
+                error = built.error_msg or ran.error_msg
+                if not error:
+                    continue
+                self.failed += 1
+                stage = "to build" if built.error_msg else f"to run {where}"
+                reason = " ".join(line.strip() for line in error.strip().splitlines()[-2:])
+                print(f"relax-build: task `{task}`: a candidate failed {stage}; tuning goes on ({reason[:300]})", flush=True)
+                if device and NO_FREE_DEVICE in error:
+                    self.device_lost = error[error.index(NO_FREE_DEVICE) :].splitlines()[0]
+                    raise RuntimeError(self.device_lost)
+
+    return ReportFailures()
 
 
 def tune_module(ir_module, functions, request):
-    """Tunes every task of the module, `trials` per task, recorded in `work_dir` (a JSON
-    database; an interrupted run resumes from what it holds)."""
+    """Tunes every task of the module, `trials` per task. meta-schedule records into
+    `work_dir`/unfinished (a JSON database; an interrupted run resumes from it); at the
+    end, each task's best record that beats the default schedule goes to `work_dir`,
+    which builds apply."""
     import tvm
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
@@ -146,11 +159,9 @@ def tune_module(ir_module, functions, request):
     refuse_symbolic_dims(functions, request["model"])
     work_dir = request["work_dir"]
     trials = int(request["trials"])
-    os.makedirs(work_dir, exist_ok=True)
+    unfinished = unfinished_database(work_dir)
     # Meta-schedule needs the core count of the machine it measures on.
     device = request.get("rpc")
-    if device:
-        wait_for_device(device)
     tuning_target = make_target(request, {"num-cores": device_cores(device)})
     with tuning_target:
         prepared = tvm.transform.Sequential(
@@ -162,20 +173,53 @@ def tune_module(ir_module, functions, request):
         )(ir_module)
     tasks = ms.relax_integration.extract_tasks(prepared, tuning_target)
     print(f"relax-build: tuning {len(tasks)} task(s), {trials} trials each, records in {work_dir}", flush=True)
-    ms.relax_integration.tune_relax(
-        prepared,
-        {},
-        tuning_target,
-        work_dir,
-        max_trials_global=trials * max(len(tasks), 1),
-        max_trials_per_task=trials,
-        builder=builder_with_intrinsics_imported(ms, request.get("cross_compiler") if device else None),
-        runner=rpc_runner(ms, device) if device else "local",
-    )
-    shutil.rmtree(os.path.join(work_dir, "logs"), ignore_errors=True)
+    let_workers_import_the_driver()
+    reporter = failure_reporter(ms, device)
+    try:
+        ms.relax_integration.tune_relax(
+            prepared,
+            {},
+            tuning_target,
+            unfinished,
+            max_trials_global=trials * max(len(tasks), 1),
+            max_trials_per_task=trials,
+            builder=builder_with_intrinsics_imported(ms, (request.get("cross_compiler") or "") if device else None),
+            runner=rpc_runner(ms, device) if device else "local",
+            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), reporter],
+        )
+    except Exception as error:
+        if not reporter.device_lost:
+            raise
+        raise DriverError(
+            "tuning_device",
+            f"the device left during tuning: {reporter.device_lost}. The {reporter.measured} candidate(s) "
+            f"measured so far are kept in {unfinished}, and the same `cargo relax tune` command resumes from "
+            "them; builds apply only a finished run's records",
+            subject=device["key"],
+        ) from error
+    if reporter.failed:
+        print(
+            f"relax-build: {reporter.failed} of {reporter.measured} candidates failed (each is recorded as failed, "
+            "and the search went on without it)",
+            flush=True,
+        )
+    shutil.rmtree(os.path.join(unfinished, "logs"), ignore_errors=True)
     measure = DeviceMeasure(device, request.get("cross_compiler")) if device else None
-    keep_records_that_beat_default_schedules(tasks, work_dir, tuning_target, measure)
+    keep_records_that_beat_default_schedules(tasks, unfinished, work_dir, tuning_target, measure)
+    shutil.rmtree(unfinished, ignore_errors=True)
     print(f"relax-build: tuning done; records in {work_dir}", flush=True)
+
+
+def unfinished_database(work_dir):
+    """The folder meta-schedule records into: left by an interrupted run (resumed), or new,
+    starting from the records of the last finished run."""
+    unfinished = os.path.join(work_dir, "unfinished")
+    if not os.path.isdir(unfinished):
+        os.makedirs(unfinished)
+        for name in RECORD_FILES:
+            if os.path.exists(os.path.join(work_dir, name)):
+                shutil.copyfile(os.path.join(work_dir, name), os.path.join(unfinished, name))
+    return unfinished
 
 
 # meta-schedule's runner settings (its EvaluatorConfig defaults): the mean of 3 runs,
@@ -194,22 +238,17 @@ class DeviceMeasure:
     def time(self, library, arguments):
         import tempfile
 
-        from tvm.support import cc
-
-        session = device_session(self.device)
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "default_schedule.so")
-            compile_function = cc.cross_compiler(
-                self.cross_compiler, get_target_triple=cc.get_target_by_dump_machine(self.cross_compiler)
-            )
-            library.export_library(path, fcompile=compile_function)
-            session.upload(path)
-        remote = session.load_module("default_schedule.so")
-        device = session.cpu()
         import tvm
 
-        remote_arguments = [tvm.runtime.tensor(argument.numpy(), device) for argument in arguments]
-        evaluator = remote.time_evaluator("main", device, number=NUMBER, repeat=1, min_repeat_ms=MIN_REPEAT_MS)
+        remote = device_session(self.device)
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "default_schedule.so")
+            export_shared_library(library, path, self.cross_compiler)
+            remote.upload(path)
+        module = remote.load_module("default_schedule.so")
+        remote_device = remote.cpu()
+        remote_arguments = [tvm.runtime.tensor(argument.numpy(), remote_device) for argument in arguments]
+        evaluator = module.time_evaluator("main", remote_device, number=NUMBER, repeat=1, min_repeat_ms=MIN_REPEAT_MS)
         return evaluator(*remote_arguments).mean
 
 
@@ -239,10 +278,10 @@ def default_schedule_seconds(mod, target, measure=None):
     return evaluator(*arguments).mean
 
 
-def keep_records_that_beat_default_schedules(tasks, work_dir, target, measure=None):
-    """Keeps in `work_dir` the best record of each task that runs faster than relax-build's
-    default schedule of it, and drops the others' (a build gives a function without
-    records its default schedule).
+def keep_records_that_beat_default_schedules(tasks, tuned_dir, work_dir, target, measure=None):
+    """Keeps in `work_dir` the best record in `tuned_dir` of each task that runs faster
+    than relax-build's default schedule of it, and drops the others' (a build gives a
+    function without records its default schedule).
 
     A few trials on a small task can leave a record slower than the default schedule:
     ResNet-50's input layout transform has a design space of one serial loop nest, 733 us
@@ -250,7 +289,7 @@ def keep_records_that_beat_default_schedules(tasks, work_dir, target, measure=No
     """
     from tvm.s_tir import meta_schedule as ms
 
-    database = ms.database.JSONDatabase(work_dir=work_dir)
+    database = ms.database.JSONDatabase(work_dir=tuned_dir)
     kept = []
     for task in tasks:
         mod = task.dispatched[0]
@@ -279,7 +318,7 @@ def keep_records_that_beat_default_schedules(tasks, work_dir, target, measure=No
                 record.trace, selected.commit_workload(mod), record.run_secs, record.target, record.args_info
             )
         )
-    for name in ("database_workload.json", "database_tuning_record.json"):
+    for name in RECORD_FILES:
         staged = os.path.join(staging, name)
         if not os.path.exists(staged):
             open(staged, "w").close()

@@ -57,16 +57,20 @@ class KeepRecordsThatBeatDefaults(unittest.TestCase):
     def test_only_records_faster_than_the_default_schedule_stay(self):
         faster, slower = tasks([64, 1024], [32, 1024])
         with tempfile.TemporaryDirectory() as work_dir:
-            database = ms.database.JSONDatabase(work_dir=work_dir)
+            tuned_dir = os.path.join(work_dir, "unfinished")
+            os.makedirs(tuned_dir)
+            database = ms.database.JSONDatabase(work_dir=tuned_dir)
             # No schedule runs a 64x1024 relu in a nanosecond, and none takes a second.
             commit(database, faster, 1e-9)
             commit(database, faster, 2e-9)
             commit(database, slower, 1.0)
             del database
 
-            tune.keep_records_that_beat_default_schedules([faster, slower], work_dir, TARGET)
+            tune.keep_records_that_beat_default_schedules([faster, slower], tuned_dir, work_dir, TARGET)
 
-            self.assertEqual(sorted(os.listdir(work_dir)), ["database_tuning_record.json", "database_workload.json"])
+            self.assertEqual(
+                sorted(os.listdir(work_dir)), ["database_tuning_record.json", "database_workload.json", "unfinished"]
+            )
             kept = ms.database.JSONDatabase(work_dir=work_dir)
             self.assertTrue(kept.has_workload(faster.dispatched[0]))
             self.assertFalse(kept.has_workload(slower.dispatched[0]))
@@ -78,6 +82,24 @@ class KeepRecordsThatBeatDefaults(unittest.TestCase):
         # 1 MB read and written: more than a nanosecond, far less than a second.
         self.assertGreater(seconds, 1e-7)
         self.assertLess(seconds, 0.1)
+
+
+class UnfinishedDatabase(unittest.TestCase):
+    def test_a_new_run_starts_from_the_finished_records_and_an_interrupted_one_resumes(self):
+        with tempfile.TemporaryDirectory() as work_dir:
+            for name in tune.RECORD_FILES:
+                with open(os.path.join(work_dir, name), "w") as handle:
+                    handle.write(f"finished {name}\n")
+            unfinished = tune.unfinished_database(work_dir)
+            for name in tune.RECORD_FILES:
+                with open(os.path.join(unfinished, name)) as handle:
+                    self.assertEqual(handle.read(), f"finished {name}\n")
+                with open(os.path.join(unfinished, name), "a") as handle:
+                    handle.write("measured before the interruption\n")
+            # The interrupted run's database is resumed, not replaced by the finished one.
+            self.assertEqual(tune.unfinished_database(work_dir), unfinished)
+            with open(os.path.join(unfinished, tune.RECORD_FILES[1])) as handle:
+                self.assertIn("measured before the interruption", handle.read())
 
 
 if __name__ == "__main__":
