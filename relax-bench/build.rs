@@ -12,7 +12,7 @@ use relax_build::{tooling, Config};
 /// The models make_models.py generates: from onnx's light architectures (its
 /// LIGHT_MODELS), the mobile ones it writes itself (MOBILE_MODELS) and the recurrent ones
 /// (RECURRENT_MODELS).
-const GENERATED_MODELS: [&str; 10] = [
+const GENERATED_MODELS: [&str; 12] = [
     "resnet50",
     "densenet121",
     "inception_v1",
@@ -21,6 +21,8 @@ const GENERATED_MODELS: [&str; 10] = [
     "squeezenet",
     "mobilenet_v2",
     "efficientnet_b0",
+    "mobilenet_v3",
+    "ocr_det",
     "crnn",
     "gru",
 ];

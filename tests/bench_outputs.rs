@@ -29,6 +29,8 @@ fn every_benchmark_model_matches_onnxruntime() {
         "squeezenet",
         "mobilenet_v2",
         "efficientnet_b0",
+        "mobilenet_v3",
+        "ocr_det",
         "torch_cnn",
     ] {
         assert!(

@@ -14,8 +14,10 @@ add.onnx                    C = A + B on float32[1, 4] (the VM call overhead cas
 ResNet-50 (100 MB of weights), the other light models and MiniLM (90 MB) are not
 committed: ResNet-50, DenseNet-121, Inception v1 and v2, ShuffleNet and SqueezeNet are the
 architectures onnx ships as backend/test/data/light/light_<name>.onnx with seeded random
-weights; MobileNetV2 and EfficientNet-B0 are built here as PyTorch exports torchvision's,
-with seeded random weights; the MiniLM graph is built here, op for op as an exporter writes a BERT
+weights; MobileNetV2, EfficientNet-B0 and MobileNetV3-Large are built here as PyTorch exports
+torchvision's, and ocr_det as PaddleOCR's mobile DBNet text detectors are exported (a
+MobileNetV3 backbone, an FPN with Resize and Concat, a ConvTranspose head; batch,
+height and width symbolic), with seeded random weights; the MiniLM graph is built here, op for op as an exporter writes a BERT
 encoder, from the safetensors weights the bench's `minilm` model fetches. torch_cnn.py's
 module gets seeded random weights (a safetensors file, which the bench compiles it with)
 and is exported with those weights to ONNX by torch.onnx.export, for the same model
@@ -180,7 +182,7 @@ def light_model(name, path):
 # Mobile architectures, written here as PyTorch's exporter writes torchvision's models
 # (batch norms folded into the convolutions' biases, SiLU as Sigmoid and Mul, ReLU6 as
 # Clip with 0-d Constant bounds), each with its seed.
-MOBILE_MODELS = {"mobilenet_v2": 22, "efficientnet_b0": 7}
+MOBILE_MODELS = {"mobilenet_v2": 22, "efficientnet_b0": 7, "mobilenet_v3": 3, "ocr_det": 11}
 
 
 class Builder:
@@ -206,9 +208,9 @@ class Builder:
         self.initializers.append(numpy_helper.from_array(np.asarray(array, np.float32), name))
         return name
 
-    def conv(self, x, channels, filters, kernel=1, stride=1, groups=1):
+    def conv(self, x, channels, filters, kernel=1, stride=1, groups=1, gain=1.0):
         fan_in = channels // groups * kernel * kernel
-        w = self.generator.standard_normal((filters, channels // groups, kernel, kernel)) * math.sqrt(2.0 / fan_in)
+        w = self.generator.standard_normal((filters, channels // groups, kernel, kernel)) * math.sqrt(2.0 / fan_in) * gain
         w *= self.generator.uniform(0.8, 1.2, (filters, 1, 1, 1))
         b = self.generator.uniform(-0.1, 0.1, filters)
         pad = kernel // 2
@@ -231,6 +233,24 @@ class Builder:
             self.nodes.append(helper.make_node("Constant", [], [bound], value=numpy_helper.from_array(np.array(value, np.float32))))
             bounds.append(bound)
         return self.node("Clip", [x, *bounds])
+
+    def relu(self, x):
+        return self.node("Relu", [x])
+
+    def hard_swish(self, x):
+        return self.node("HardSwish", [x])
+
+    def conv_transpose(self, x, channels, filters, gain=1.0):
+        """A 2x2 stride-2 transposed convolution (an upsampling head), with bias; its
+        He-scaled weights times `gain`."""
+        w = self.generator.standard_normal((channels, filters, 2, 2)) * math.sqrt(2.0 / channels) * gain
+        b = self.generator.uniform(-0.1, 0.1, filters)
+        return self.node("ConvTranspose", [x, self.constant(w), self.constant(b, "b")], kernel_shape=[2, 2], strides=[2, 2])
+
+    def upsample(self, x, factor):
+        """Nearest-neighbour Resize by `factor` in height and width (ONNX's scales form)."""
+        scales = self.constant([1.0, 1.0, float(factor), float(factor)], "scales")
+        return self.node("Resize", [x, "", scales], mode="nearest")
 
     def classifier(self, x, channels):
         flat = self.node("Flatten", [self.node("GlobalAveragePool", [x])], axis=1)
@@ -276,14 +296,110 @@ def efficientnet_b0(builder):
     return builder.classifier(builder.silu(builder.conv(x, channels, 1280)), 1280)
 
 
+def make_divisible(channels, divisor=8):
+    """torchvision's rounding of a block's width: to a multiple of 8, never 10% below."""
+    rounded = max(divisor, int(channels + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * channels else rounded
+
+
+# torchvision's MobileNetV3-Large blocks: kernel, expanded width, output width,
+# squeeze-and-excitation, hard-swish (else ReLU), stride.
+MOBILENET_V3_LARGE = [
+    (3, 16, 16, False, False, 1),
+    (3, 64, 24, False, False, 2),
+    (3, 72, 24, False, False, 1),
+    (5, 72, 40, True, False, 2),
+    (5, 120, 40, True, False, 1),
+    (5, 120, 40, True, False, 1),
+    (3, 240, 80, False, True, 2),
+    (3, 200, 80, False, True, 1),
+    (3, 184, 80, False, True, 1),
+    (3, 184, 80, False, True, 1),
+    (3, 480, 112, True, True, 1),
+    (3, 672, 112, True, True, 1),
+    (5, 672, 160, True, True, 2),
+    (5, 960, 160, True, True, 1),
+    (5, 960, 160, True, True, 1),
+]
+
+
+def mobilenet_v3_backbone(builder, x, width, hard_sigmoid):
+    """MobileNetV3-Large's stem and blocks at `width` (1.0 or PaddleOCR's 0.5), its
+    squeeze-and-excitation gates through `hard_sigmoid` (alpha, beta); returns the
+    final 1x1 convolution's output and the feature maps at strides 4, 8 and 16."""
+    channels = make_divisible(16 * width)
+    x = builder.hard_swish(builder.conv(x, 3, channels, 3, 2))
+    features = []
+    for kernel, expanded, filters, squeeze, hard, stride in MOBILENET_V3_LARGE:
+        if stride == 2 and len(features) < 3 and channels != make_divisible(16 * width):
+            features.append(x)
+        expanded, filters = make_divisible(expanded * width), make_divisible(filters * width)
+        activation = builder.hard_swish if hard else builder.relu
+        y = x if expanded == channels else activation(builder.conv(x, channels, expanded))
+        y = activation(builder.conv(y, expanded, expanded, kernel, stride, groups=expanded))
+        if squeeze:
+            squeezed = make_divisible(expanded // 4)
+            gate = builder.relu(builder.conv(builder.node("GlobalAveragePool", [y]), expanded, squeezed))
+            alpha, beta = hard_sigmoid
+            gate = builder.node("HardSigmoid", [builder.conv(gate, squeezed, expanded)], alpha=alpha, beta=beta)
+            y = builder.node("Mul", [y, gate])
+        # A gain of 0.8 on the projections keeps activations in the tens, as the trained
+        # model's batch norms do: at full gain they reach the hundreds, where float32
+        # sums in another order (onnxruntime against numpy) already differ by 1e-4.
+        y = builder.conv(y, expanded, filters, gain=0.8)
+        x = builder.node("Add", [x, y]) if stride == 1 and channels == filters else y
+        channels = filters
+    last = make_divisible(960 * width)
+    return builder.hard_swish(builder.conv(x, channels, last)), last, features
+
+
+def mobilenet_v3(builder):
+    """torchvision's MobileNetV3-Large (hard-swish, squeeze-and-excitation with
+    hard-sigmoid gates), its classifier 960 -> 1280 -> 1000."""
+    x, channels, _ = mobilenet_v3_backbone(builder, "input", 1.0, (1.0 / 6.0, 0.5))
+    flat = builder.node("Flatten", [builder.node("GlobalAveragePool", [x])], axis=1)
+    hidden = builder.constant(builder.generator.standard_normal((1280, channels)) * math.sqrt(2.0 / channels))
+    flat = builder.hard_swish(builder.node("Gemm", [flat, hidden, builder.constant(np.zeros(1280), "b")], transB=1))
+    w = builder.generator.standard_normal((1000, 1280)) * math.sqrt(1.0 / 1280)
+    return builder.node("Gemm", [flat, builder.constant(w), builder.constant(np.zeros(1000), "b")], transB=1)
+
+
+def ocr_det(builder):
+    """A DBNet text detector as PaddleOCR's mobile detectors export it: MobileNetV3-Large
+    at width 0.5 (gates hard-sigmoid 0.2x + 0.5), an FPN of 96 channels (1x1 lateral
+    convolutions, nearest 2x upsampling and sums, 3x3 convolutions to 24, each level
+    upsampled to stride 4 and concatenated), and a head of a 3x3 convolution and two 2x2
+    stride-2 transposed convolutions to a sigmoid probability map at the input's size."""
+    x, channels, features = mobilenet_v3_backbone(builder, "input", 0.5, (0.2, 0.5))
+    widths = [make_divisible(c * 0.5) for c in (24, 40, 112)] + [channels]
+    laterals = [builder.conv(feature, width, 96) for feature, width in zip(features + [x], widths)]
+    merged = [laterals[3]]
+    for lateral in reversed(laterals[:3]):
+        merged.insert(0, builder.node("Add", [lateral, builder.upsample(merged[0], 2)]))
+    levels = [builder.conv(level, 96, 24, 3) for level in merged]
+    levels = [levels[0]] + [builder.upsample(level, 2**index) for index, level in enumerate(levels) if index > 0]
+    fused = builder.node("Concat", levels[::-1], axis=1)
+    y = builder.relu(builder.conv(fused, 96, 24, 3))
+    y = builder.relu(builder.conv_transpose(y, 24, 24))
+    # Random weights give logits in the hundreds, a map of 0s and 1s that no output
+    # check could tell apart: the last layer's gain brings them to about 1.
+    return builder.node("Sigmoid", [builder.conv_transpose(y, 24, 1, gain=1.0 / 200)])
+
+
 def mobile_model(name, path):
     builder = Builder(MOBILE_MODELS[name])
-    logits = {"mobilenet_v2": mobilenet_v2, "efficientnet_b0": efficientnet_b0}[name](builder)
+    builders = {"mobilenet_v2": mobilenet_v2, "efficientnet_b0": efficientnet_b0, "mobilenet_v3": mobilenet_v3, "ocr_det": ocr_det}
+    output = builders[name](builder)
+    if name == "ocr_det":
+        # Any image whose sides are multiples of 32, as the detector's users feed it.
+        shapes = (["batch", 3, "height", "width"], ["batch", 1, "height", "width"])
+    else:
+        shapes = ([1, 3, 224, 224], [1, 1000])
     graph = helper.make_graph(
         builder.nodes,
         name,
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 224, 224])],
-        [helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, 1000])],
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, shapes[0])],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, shapes[1])],
         builder.initializers,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="relax-bench")

@@ -39,6 +39,8 @@ relax_runtime::include_model!("shufflenet");
 relax_runtime::include_model!("squeezenet");
 relax_runtime::include_model!("mobilenet_v2");
 relax_runtime::include_model!("efficientnet_b0");
+relax_runtime::include_model!("mobilenet_v3");
+relax_runtime::include_model!("ocr_det");
 relax_runtime::include_model!("minilm");
 relax_runtime::include_model!("torch_cnn");
 relax_runtime::include_model!("torch_cnn_onnx");
@@ -58,6 +60,10 @@ const SHARED_SETTLE: Duration = Duration::from_secs(3);
 
 /// Interleaved rounds per case in a full run (one with `--quick`).
 const ROUNDS: usize = 5;
+
+/// ocr_det's multiply-adds at 1x3x480x640: its convolutions and transposed convolutions
+/// at the sizes ONNX's shape inference gives.
+const OCR_DET_MULTIPLY_ADDS: f64 = 1.429e9;
 
 /// What an input holds.
 #[derive(Clone, Copy)]
@@ -320,6 +326,8 @@ fn main() -> Result<(), Failure> {
         "squeezenet_default_vs_ort",
         "mobilenet_v2_default_vs_ort",
         "efficientnet_b0_default_vs_ort",
+        "mobilenet_v3_default_vs_ort",
+        "ocr_det_default_vs_ort",
         "torch_cnn_default_vs_ort",
         "torch_vs_onnx_same_model",
         "crnn_w128_default_vs_ort",
@@ -516,6 +524,23 @@ fn cases() -> Result<Vec<Case>, Failure> {
             2.0 * 0.386e9,
             efficientnet_b0::Model::load()?.into_session(),
         ),
+        light_case(
+            &generated,
+            "mobilenet_v3",
+            "input",
+            2.0 * 0.219e9,
+            mobilenet_v3::Model::load()?.into_session(),
+        ),
+        Case {
+            name: "ocr_det",
+            onnx: generated.join("ocr_det.onnx"),
+            function: "main",
+            inputs: vec![float("input", &[1, 3, 480, 640])],
+            flops: 2.0 * OCR_DET_MULTIPLY_ADDS,
+            default: ocr_det::Model::load()?.into_session(),
+            tuned: None,
+            from_onnx: None,
+        },
         Case {
             name: "torch_cnn",
             onnx: generated.join("torch_cnn.onnx"),

@@ -88,10 +88,11 @@ class Injective(dlight.cpu.base.CPUScheduleRule):
     chain of elementwise ops (a batch norm, then a ReLU) is one pass over the tensor,
     not one pass and one buffer per op.
 
-    Then per block: when the innermost loop is a multiple of the vector width (or
-    symbolic), it is split into vectorized chunks and the loops around it fused into one
-    parallel loop, so that index arithmetic (divisions by symbolic dims, for a transpose
-    or a broadcast) happens once per row, not per element. Otherwise the fewest
+    Then per block: when the innermost loop is a multiple of the vector width, it is
+    split into vectorized chunks and the loops around it fused into one parallel loop,
+    so that index arithmetic (divisions by symbolic dims, for a transpose or a
+    broadcast) happens once per row, not per element. A symbolic innermost loop stays a
+    plain loop inside the parallel rows, for LLVM to vectorize. Otherwise the fewest
     innermost loops whose extents multiply to a multiple of the vector width (a 56x56
     plane: 3136 = 196 x 16) are fused and split into vectors, and everything around them
     runs in parallel: a vector loop with a leftover part would be guarded lane by lane,
@@ -112,7 +113,14 @@ class Injective(dlight.cpu.base.CPUScheduleRule):
             if not loops:
                 continue
             innermost = get_extent(sch, loops[-1])
-            if len(loops) > 1 and (not isinstance(innermost, int) or innermost % lanes == 0):
+            if len(loops) > 1 and not isinstance(innermost, int):
+                # A symbolic row (an image's width): split into vectors, the last one
+                # guarded lane by lane, the whole row would compile to scalar code. A
+                # plain row loop LLVM vectorizes itself, with a scalar remainder: a
+                # hard-swish over 8x240x320 on 2 threads, 2.2 ms split, 0.21 ms plain.
+                sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
+                continue
+            if len(loops) > 1 and innermost % lanes == 0:
                 rows = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
                 sch.parallel(rows)
                 split_vectorize(sch, loops[-1], lanes)

@@ -100,6 +100,31 @@ class ElementwiseChains(unittest.TestCase):
     def test_a_tensor_no_vector_divides_is_still_right(self):
         self.check([1, 3, 7, 7])
 
+    def test_symbolic_rows_stay_plain_loops_in_parallel_and_match_numpy(self):
+        # Split into vectors, a symbolic row's last vector is guarded lane by lane and the
+        # whole row compiles to scalar code; a plain row loop, LLVM vectorizes.
+        height, width = tvm.tirx.Var("height", "int64"), tvm.tirx.Var("width", "int64")
+        module = norm_scale_relu([1, 8, height, width])
+        target = tvm.target.Target(TARGET)
+        (function,) = scheduled_functions(module, target)
+        script = function.script()
+        self.assertIn("T.parallel", script)
+        self.assertNotIn("T.where", script)
+        self.assertNotIn("T.vectorized", script)
+
+        executable = build.compile_module(module, target, {"pipeline": "zero", "opt_level": 3})
+        vm = relax.VirtualMachine(executable, tvm.cpu())
+        generator = np.random.default_rng(5)
+        for shape in ([1, 8, 5, 37], [1, 8, 3, 16], [1, 8, 2, 1]):
+            values = [
+                generator.standard_normal(shape).astype(np.float32),
+                *(generator.uniform(0.5, 1.5, 8).astype(np.float32) for _ in range(4)),
+                generator.uniform(0.5, 1.5, (8, 1, 1)).astype(np.float32),
+                generator.uniform(-0.5, 0.5, (8, 1, 1)).astype(np.float32),
+            ]
+            actual = vm["main"](*[tvm.runtime.tensor(v) for v in values]).numpy()
+            np.testing.assert_allclose(actual, reference(*values), rtol=1e-5, atol=1e-5)
+
 
 def pooled(shape, pool):
     builder = relax.BlockBuilder()
