@@ -1,6 +1,6 @@
 //! Per-layer figures of every kernel family on the layer shapes of relax-bench's models
-//! (ResNet-50, MiniLM, MobileNetV2), a detector head's transposed convolution and a
-//! recurrent layer, one core each, with the
+//! (ResNet-50, MiniLM, MobileNetV2, EfficientNet-B0), a detector head's transposed
+//! convolution, a layout transform and a recurrent layer, one core each, with the
 //! core's measured FMA peak: `cargo bench -p relax-kernels` (`-- --quick`: one timed
 //! run per layer, so that CI keeps the bench building and running; `-- FILTER`: only
 //! the rows whose family or layer contains FILTER).
@@ -171,6 +171,14 @@ impl Conv {
             self.run(quick, (&x, &nchw), (&w, &oihw), &out_nchw),
         );
         if self.groups > 1 {
+            if c % 16 == 0 {
+                let blocked_x = [1, (c / 16) as i64, s as i64, s as i64, 16];
+                let blocked_out = [1, (f / 16) as i64, o as i64, o as i64, 16];
+                row(
+                    "depthwise (blocked)",
+                    self.run(quick, (&x, &blocked_x), (&w, &oihw), &blocked_out),
+                );
+            }
             return rows;
         }
         let depth = c * k * k;
@@ -352,6 +360,45 @@ fn row_kernel_rows(quick: bool) -> Vec<Row> {
     ]
 }
 
+/// MobileNetV2's 144 channels over 56x56 to channel blocks and back (bytes read and
+/// written).
+fn layout_rows(quick: bool) -> Vec<Row> {
+    let nchw = [1i64, 144, 56, 56];
+    let blocked = [1i64, 9, 56, 56, 16];
+    let x = values(elements(&nchw), 11);
+    let mut out = vec![0f32; x.len()];
+    let transform = |from: &[i64], to: &[i64], x: &[f32], out: &mut [f32]| {
+        call(
+            quick,
+            "relax_runtime.layout_blocked",
+            &[
+                Argument::input(x, from).expect("x fits"),
+                Argument::output(out, to).expect("out fits"),
+            ],
+        )
+    };
+    let to_blocks = transform(&nchw, &blocked, &x, &mut out);
+    let mut back = vec![0f32; x.len()];
+    let to_nchw = transform(&blocked, &nchw, &out, &mut back);
+    let bytes = 8.0 * x.len() as f64;
+    vec![
+        Row {
+            family: "layout",
+            layer: "MobileNetV2 144x56x56".to_string(),
+            form: "NCHW to blocks",
+            seconds: to_blocks,
+            work: Work::Bytes(bytes),
+        },
+        Row {
+            family: "layout",
+            layer: "MobileNetV2 144x56x56".to_string(),
+            form: "blocks to NCHW",
+            seconds: to_nchw,
+            work: Work::Bytes(bytes),
+        },
+    ]
+}
+
 /// An LSTM layer's steps (the recurrence products and gates; the input projection is a
 /// dense layer), 100 steps, batch 1, hidden 256: a speech or OCR model's size.
 fn recurrent_row(quick: bool) -> Row {
@@ -510,6 +557,7 @@ fn convolutions() -> Vec<Conv> {
         conv("MobileNetV2", 96, 96, 112, 3, 2, 96),
         conv("MobileNetV2", 144, 144, 56, 3, 1, 144),
         conv("MobileNetV2", 576, 576, 14, 3, 1, 576),
+        conv("EfficientNet-B0", 240, 240, 28, 5, 1, 240),
         conv("MobileNetV2", 32, 16, 112, 1, 1, 1),
         conv("MobileNetV2", 144, 32, 28, 1, 1, 1),
         conv("MobileNetV2", 960, 320, 7, 1, 1, 1),
@@ -575,6 +623,9 @@ fn main() {
     }
     if wanted("rows", "MiniLM softmax layer norm") {
         row_kernel_rows(quick).into_iter().for_each(&mut print);
+    }
+    if wanted("layout", "MobileNetV2 144x56x56") {
+        layout_rows(quick).into_iter().for_each(&mut print);
     }
     if wanted("recurrent", "LSTM") {
         print(recurrent_row(quick));

@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::blocked::{blocked_conv, BLOCK};
+use super::blocked_depthwise::blocked_depthwise;
 use super::blocked_winograd;
 use super::caches::level2_bytes;
 use super::conv_operands::{Conv2d, Operands, PerFilter};
@@ -331,9 +332,10 @@ fn copy_every_other(destination: &mut [f32], source: &[f32]) {
 /// [`depthwise_conv`] (one input channel per group), by [`winograd_conv`] (the kernel
 /// in that variant's Winograd form), by [`filter_panels_conv`] (the kernel packed in
 /// filter panels), by [`blocked_conv`] (a channel-blocked output, from a blocked or
-/// an NCHW input, the kernel in filter panels; with AVX-512 tiles when `avx512`), or by
+/// an NCHW input, the kernel in filter panels; with AVX-512 tiles when `avx512`), by
 /// [`blocked_winograd::blocked_winograd`] (blocked input and output, the kernel in that
-/// module's Winograd form; its products on the same tiles).
+/// module's Winograd form; its products on the same tiles), or by [`blocked_depthwise`]
+/// (blocked input and output, one channel per group, the kernel OIHW).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Algorithm {
     Unfolded,
@@ -342,12 +344,14 @@ enum Algorithm {
     FilterPanels,
     Blocked { input_blocked: bool, avx512: bool },
     BlockedWinograd { tile: Tile, avx512: bool },
+    BlockedDepthwise { avx512: bool },
 }
 
 impl Algorithm {
     /// # Safety
     /// As [`conv2d_into`], [`depthwise_conv`], [`winograd_conv`], [`filter_panels_conv`],
-    /// [`blocked_conv`] or [`blocked_winograd::blocked_winograd`] (this algorithm's).
+    /// [`blocked_conv`], [`blocked_winograd::blocked_winograd`] or [`blocked_depthwise`]
+    /// (this algorithm's).
     unsafe fn convolve(
         self,
         shape: &Conv2d,
@@ -367,6 +371,9 @@ impl Algorithm {
                 } => blocked_conv(shape, input_blocked, avx512, operands, launch),
                 Algorithm::BlockedWinograd { tile, avx512 } => {
                     blocked_winograd::blocked_winograd(shape, tile, avx512, operands, launch)
+                }
+                Algorithm::BlockedDepthwise { avx512 } => {
+                    blocked_depthwise(shape, avx512, operands, launch)
                 }
             }
         }
@@ -920,20 +927,31 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
             out.shape.len()
         ));
     }
+    let mut ints = [0usize; 10];
+    for (offset, slot) in ints.iter_mut().enumerate() {
+        *slot = usize::try_from(args.int(first + offset)?)
+            .map_err(|_| format!("{name}: argument {} is negative", first + offset))?;
+    }
+    let [stride_h, stride_w, top, left, bottom, right, dilation_h, dilation_w, groups, epilogue] =
+        ints;
     let whole_blocks =
         |view: &super::tensor::View<'_>| view.shape.len() != 5 || view.shape[4] == BLOCK as i64;
+    // An OIHW kernel of one input channel per group onto a blocked output: a blocked
+    // depthwise convolution (see `blocked_depthwise`).
+    let blocked_depthwise = blocked && groups > 1 && w.shape.len() == 4;
     // `[16 or 36, ceil(out / 64), in, 64]` onto a blocked output: the blocked Winograd
     // form of F(2x2, 3x3) or F(4x4, 3x3) (see `blocked_winograd`).
-    let blocked_winograd_tile = (blocked && w.shape.len() == 4 && w.shape[3] == PANEL as i64)
-        .then(|| Tile::of_values(w.shape[0] as usize))
-        .flatten();
+    let blocked_winograd_tile =
+        (blocked && !blocked_depthwise && w.shape.len() == 4 && w.shape[3] == PANEL as i64)
+            .then(|| Tile::of_values(w.shape[0] as usize))
+            .flatten();
     let blocked_winograd_form = blocked_winograd_tile.is_some();
     if !whole_blocks(&x)
         || !whole_blocks(&out)
-        || (blocked && w.shape.len() != 5 && !blocked_winograd_form)
+        || (blocked && w.shape.len() != 5 && !blocked_winograd_form && !blocked_depthwise)
     {
         return Err(format!(
-            "{name}: a blocked convolution takes blocks of {BLOCK} channels and its kernel in filter panels (or in blocked Winograd form, [16 or 36, ceil(out / 64), in, 64]): x {:?}, w {:?}, out {:?}",
+            "{name}: a blocked convolution takes blocks of {BLOCK} channels and its kernel in filter panels (or in blocked Winograd form, [16 or 36, ceil(out / 64), in, 64]; or OIHW, [C, 1, KH, KW], depthwise): x {:?}, w {:?}, out {:?}",
             x.shape, w.shape, out.shape
         ));
     }
@@ -958,6 +976,16 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
             tile,
             avx512: avx512_available(),
         }
+    } else if blocked_depthwise {
+        if !input_blocked {
+            return Err(format!(
+                "{name}: a blocked depthwise convolution takes a blocked input: x {:?}",
+                x.shape
+            ));
+        }
+        Algorithm::BlockedDepthwise {
+            avx512: avx512_available(),
+        }
     } else if blocked {
         Algorithm::Blocked {
             input_blocked,
@@ -977,13 +1005,6 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     let vectors = (0..tensors)
         .map(|index| args.tensor(2 + index, Some(1)))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut ints = [0usize; 10];
-    for (offset, slot) in ints.iter_mut().enumerate() {
-        *slot = usize::try_from(args.int(first + offset)?)
-            .map_err(|_| format!("{name}: argument {} is negative", first + offset))?;
-    }
-    let [stride_h, stride_w, top, left, bottom, right, dilation_h, dilation_w, groups, epilogue] =
-        ints;
     // One input channel per group (checked with the other shapes below).
     let algorithm = if algorithm == Algorithm::Unfolded && groups > 1 && w.shape[1] == 1 {
         Algorithm::Depthwise
@@ -1037,7 +1058,9 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         && (!packed
             || (groups == 1 && dim(&w, 0) == shape.filters.div_ceil(PANEL) && dim(&w, 4) == PANEL))
         && vectors.iter().all(|vector| vector.len() == shape.filters)
-        && (!blocked || groups == 1)
+        && (!blocked
+            || groups == 1
+            || (blocked_depthwise && groups == shape.channels && shape.filters == shape.channels))
         && (!blocked_winograd_form || blocked_winograd::computes(&shape))
         && residual.is_none_or(|residual| residual.shape == out.shape)
         && shape.output().is_some_and(|(height, width)| {
@@ -1097,7 +1120,8 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     // kernel, stride 1, no dilation, one group; for filter panels: one group, the panels
     // of the output's filters; blocked: whole blocks of channels in `x` and `out`; blocked
     // Winograd: also a blocked `x`, what `blocked_winograd::computes`, and the form's
-    // `[16 or 36, ceil(F / 64), C, 64]` for its tile).
+    // `[16 or 36, ceil(F / 64), C, 64]` for its tile; blocked depthwise: a blocked `x`, an
+    // OIHW `w` of one channel per group, as many groups as channels and filters).
     unsafe {
         algorithm.convolve(
             &shape,

@@ -51,9 +51,10 @@
 //!
 //! ## Layout
 //! One module per algorithm family (`gemm`, `conv`, `winograd`, `blocked`,
-//! `blocked_winograd`, `depthwise`, `filter_panels`, `strips`, `rows`, `recurrent`, `resize`), over
-//! leaves for the shared pieces: `simd` (instruction-set dispatch: AVX-512, AVX2 + FMA, or
-//! portable), `epilogue`, `panels`, `parallel`, `scratch`, `edges`, `caches`, `tensor`.
+//! `blocked_winograd`, `depthwise`, `blocked_depthwise`, `filter_panels`, `strips`,
+//! `rows`, `recurrent`, `resize`, `layout`), over leaves for the shared pieces: `simd`
+//! (instruction-set dispatch: AVX-512, AVX2 + FMA, or portable), `epilogue`, `panels`,
+//! `parallel`, `scratch`, `edges`, `caches`, `tensor`.
 //! Each tile is tested against the portable path and a naive loop. Per-layer figures:
 //! `cargo bench -p relax-kernels` (see `benches/layers.rs`).
 //!
@@ -78,6 +79,7 @@
 //! | | or `[ceil(O / 64), C, KH, KW, 64]`: packed in filter panels at load (one group; see `filter_panels`) |
 //! | | `x` `[N, C / 16, H, W, 16]` (or NCHW) and `out` `[N, O / 16, OH, OW, 16]`: channel-blocked, the kernel in filter panels (one group; see `blocked`) |
 //! | | or, blocked, `w` `[16 or 36, ceil(O / 64), C, 64]`: a 3x3 kernel in blocked Winograd F(2x2, 3x3) or F(4x4, 3x3) form (stride 1, a blocked `x`; see `blocked_winograd`) |
+//! | | or, blocked, `w` `[C, 1, KH, KW]` with `groups = C = O`: a depthwise convolution (a blocked `x`; see `blocked_depthwise`) |
 //! | `relax_runtime.conv2d_bias` | as `conv2d`, with `bias[O]` after `w` |
 //! | `relax_runtime.conv2d_bn` | as `conv2d`, with `gamma[O], beta[O], mean[O], variance[O], epsilon` after `w` |
 //! | `relax_runtime.<dense or conv2d kernel>_add` | as the kernel, with `residual` (the output's shape) before `out`, added before the activation |
@@ -89,6 +91,7 @@
 //! | `relax_runtime.reduce_trailing` | `x, axes, mean, out`: sum (mean when `mean` is 1) over the last `axes` axes |
 //! | `relax_runtime.recurrent` | an RNN, GRU or LSTM layer's steps over its input projection (see `recurrent`) |
 //! | `relax_runtime.resize` | ONNX's Resize with scales or sizes known at run time (see `resize`) |
+//! | `relax_runtime.layout_blocked` | `x, out`: `[N, C, H, W]` to `[N, C / 16, H, W, 16]` or back, `C` a multiple of 16 (see `layout`) |
 //!
 //! `w` is `[N, K]` with `transpose_w = 1` (`x · wᵀ`, as `nn.Linear` stores it), else
 //! `[K, N]`; `epilogue` is the activation that follows: 0 none, 1 ReLU, 2 GELU (erf),
@@ -100,6 +103,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod blocked;
+mod blocked_depthwise;
 mod blocked_winograd;
 mod caches;
 mod conv;
@@ -110,6 +114,7 @@ mod edges;
 mod epilogue;
 mod filter_panels;
 mod gemm;
+mod layout;
 mod panels;
 mod parallel;
 mod recurrent;
@@ -164,6 +169,7 @@ pub const KERNELS: &[(&str, Kernel)] = &[
     ("relax_runtime.reduce_trailing", rows::reduce_trailing),
     ("relax_runtime.recurrent", recurrent::recurrent),
     ("relax_runtime.resize", resize::resize),
+    ("relax_runtime.layout_blocked", layout::layout_blocked),
 ];
 
 /// The kernel registered as `name`, if there is one.

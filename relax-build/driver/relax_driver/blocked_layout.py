@@ -9,16 +9,24 @@ less on 3x3 ones; ONNX Runtime's own blocked path runs ResNet-50 1.65x faster th
 NCHW one there.
 
 `convert` runs TVM's ConvertLayout with conv2d in NCHW16c: it converts the convolutions
-whose input and output channels are whole blocks (not one over 3 channels, nor a
-depthwise one), and carries the layout through the ops between them (adds, ReLUs,
-pools, concatenations), with `layout_transform` where a tensor changes layout. Batch
-norms are decomposed into multiply-adds first, and a per-channel operand `[C, 1, 1]`
-(how ONNX writes a batch norm's scale) is reshaped to `[1, C, 1, 1]`: ConvertLayout
-carries neither a batch norm nor a rank-3 operand, and left each one between two
-transforms (DenseNet-121's 62 pre-activation batch norms: 27 million values moved per
-call). The module is kept only when the activations it transforms are few: a
-convolution that stays NCHW between blocked ones (MobileNet's depthwise layers) would
-transform its input and output on every call.
+whose input and output channels are whole blocks (not one over 3 channels), and carries
+the layout through the ops between them (adds, ReLUs, pools, concatenations), with
+`layout_transform` where a tensor changes layout. A depthwise convolution (one channel
+per group, whole blocks of channels) keeps its kernel OIHW, as ConvertLayout's OIHW16o
+(relax-runtime's `blocked_depthwise` kernel reads the OIHW weight beneath): MobileNets and
+EfficientNets then stay blocked from their stem to their head. Before, every depthwise
+layer stayed NCHW and transformed its input and output on every call (MobileNetV2: 56
+multiply-adds of its blocked convolutions per value transformed, too few to convert).
+
+Three rewrites go first, each of an op ConvertLayout does not carry and left between
+two transforms: batch norms are decomposed into multiply-adds; a per-channel operand
+`[C, 1, 1]` (how ONNX writes a batch norm's scale) is reshaped to `[1, C, 1, 1]`
+(DenseNet-121's 62 pre-activation batch norms: 27 million values moved per call); and
+the `call_tir`s of `max` or `min` against a scalar bound that ONNX's importer writes for
+Clip (MobileNetV2's ReLU6) become `maximum` and `minimum` ops. The module is kept only
+when the activations it transforms are few: a convolution that stays NCHW between
+blocked ones (one over channels that are not whole blocks) transforms its input and
+output on every call.
 
 ConvertLayout leaves NCHW a convolution whose filters are not whole blocks, such as
 SqueezeNet's last (512 channels to 1000 classes over 13x13, 36% of its multiply-adds),
@@ -33,17 +41,22 @@ import tvm
 from tvm import relax, sym
 
 from .bindings import rewritten_body
+from .offload import extremum_with_scalar, prim_float, static_ints
 
 BLOCKED_LAYOUTS = {"relax.nn.conv2d": ["NCHW16c", "OIHW16i16o"]}
+# A depthwise convolution's: its kernel `[C, 1, KH, KW]` has no blocks of input channels.
+BLOCKED_DEPTHWISE_LAYOUTS = {"relax.nn.conv2d": ["NCHW16c", "OIHW16o"]}
+NCHW_LAYOUTS = {"relax.nn.conv2d": ["NCHW", "OIHW"]}
 
 # The module is blocked only when the activations it transforms, in values, times this
 # are at most the multiply-adds of its blocked convolutions (a transform moves each value
 # through memory about as slowly as a convolution does a hundred multiply-adds; the
 # margin is for the ops between convolutions, which TVM's loops run either way). The
 # multiply-adds per transformed value: ResNet-50 9900, Inception v2 9500, DenseNet-121 660
-# and Inception v1 590 (faster blocked); EfficientNet-B0 81 and MobileNetV2 56 (their
-# depthwise layers stay NCHW).
-TRANSFORM_COST = 400
+# and Inception v1 590 (faster blocked); MobileNetV2 181 and EfficientNet-B0 176 (blocked
+# end to end but for their 24- and 40-channel layers); MobileNetV3-Large 57 (most of its
+# layers have channels that are not whole blocks).
+TRANSFORM_COST = 150
 
 
 def converts(target):
@@ -93,8 +106,10 @@ def costs(function):
             elif value.op.name == "relax.nn.conv2d" and value.attrs.data_layout == "NCHW16c":
                 out_dims, w_dims = dims_of(binding.var), dims_of(value.args[1])
                 if out_dims is not None and w_dims is not None:
-                    # out [N, F/16, OH, OW, 16], w [F/16, C/16, kh, kw, 16i, 16o].
-                    multiply_adds += static_size(out_dims) * static_size(w_dims[1:5])
+                    # out [N, F/16, OH, OW, 16], w [F/16, C/16, kh, kw, 16i, 16o], or
+                    # depthwise (OIHW16o) [C/16, 1, kh, kw, 16].
+                    per_output = w_dims[1:5] if value.attrs.kernel_layout == "OIHW16i16o" else w_dims[1:4]
+                    multiply_adds += static_size(out_dims) * static_size(per_output)
     return moved, multiply_adds
 
 
@@ -248,17 +263,73 @@ def with_whole_filter_blocks(ir_module):
     return relax.transform.DeadCodeElimination()(module)
 
 
+def clamp_ops(function, module):
+    """The function with each `call_tir` of a `max` or `min` of a tensor and a scalar
+    bound (how ONNX's importer writes Clip) as a `maximum` or `minimum` op, and each
+    `clip` as a `maximum` then a `minimum` of constants."""
+
+    def op(binding):
+        value = binding.value
+        if not isinstance(value, relax.Call):
+            return None
+        if getattr(value.op, "name", None) == "relax.clip":
+            return clip_as_extrema(value)
+        if getattr(value.op, "name", None) != "relax.call_tir":
+            return None
+        callee, arguments = value.args[0], value.args[1]
+        if not isinstance(callee, tvm.ir.GlobalVar) or not isinstance(arguments, relax.Tuple):
+            return None
+        kind = extremum_with_scalar(module[callee])
+        if kind is None or len(arguments.fields) != 2:
+            return None
+        operand, bound = arguments.fields
+        return (relax.op.maximum if kind == "max" else relax.op.minimum)(operand, bound)
+
+    body = rewritten_body(function, op)
+    if body is None:
+        return function
+    return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+
+
+def clip_as_extrema(clip):
+    """`clip(x, low, high)` of a float tensor as `minimum(maximum(x, low), high)`, or None
+    (bounds not known when compiling)."""
+    operand, low, high = clip.args
+    ty = getattr(operand, "ty", None)
+    bounds = [prim_float(bound) for bound in (low, high)]
+    if not isinstance(ty, relax.TensorType) or not str(ty.dtype).startswith("float") or None in bounds:
+        return None
+    lower = relax.op.maximum(operand, relax.const(bounds[0], ty.dtype))
+    return relax.op.minimum(lower, relax.const(bounds[1], ty.dtype))
+
+
 def prepared(ir_module):
     """The module as ConvertLayout carries it best: batch norms decomposed, per-channel
-    operands of rank 4 (see the module's doc)."""
+    operands of rank 4, clamps as ops (see the module's doc)."""
     module = relax.transform.DecomposeOpsForInference()(ir_module)
     functions = {
-        global_var: channel_operands(function)
+        global_var: clamp_ops(channel_operands(function), module)
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr)
         else function
         for global_var, function in module.functions.items()
     }
-    return relax.transform.Normalize()(tvm.IRModule(functions, attrs=module.attrs))
+    module = relax.transform.Normalize()(tvm.IRModule(functions, attrs=module.attrs))
+    # The clamps' PrimFuncs, now unused.
+    return relax.transform.DeadCodeElimination()(module)
+
+
+def desired_layouts(call):
+    """ConvertLayout's layouts for `call`: a depthwise convolution over whole blocks of
+    channels keeps its kernel OIHW (see the module's doc); a convolution of other groups
+    stays NCHW, as relax-runtime's kernels run it (ConvertLayout would block one of
+    groups of whole blocks, which neither they nor TVM's legalization run)."""
+    if getattr(call.op, "name", None) == "relax.nn.conv2d" and int(call.attrs.groups) > 1:
+        w_dims = static_ints(dims_of(call.args[1]))
+        groups = int(call.attrs.groups)
+        if w_dims is not None and w_dims[0] == groups and w_dims[1] == 1 and groups % BLOCK == 0:
+            return BLOCKED_DEPTHWISE_LAYOUTS
+        return NCHW_LAYOUTS
+    return BLOCKED_LAYOUTS
 
 
 def convert(ir_module, target):
@@ -268,7 +339,9 @@ def convert(ir_module, target):
         return ir_module, False
     if not any(has_conv2d(function) for function in ir_module.functions.values()):
         return ir_module, False
-    converted = with_whole_filter_blocks(relax.transform.ConvertLayout(BLOCKED_LAYOUTS)(prepared(ir_module)))
+    converted = with_whole_filter_blocks(
+        relax.transform.ConvertLayout(BLOCKED_LAYOUTS, desired_layouts)(prepared(ir_module))
+    )
     moved, multiply_adds = 0, 0
     for function in converted.functions.values():
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):

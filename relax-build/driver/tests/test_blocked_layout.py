@@ -48,34 +48,91 @@ class Residual:
 
 
 @tvm.script.ir_module
-class Depthwise:
-    """A MobileNet block: 1x1, depthwise 3x3 (stays NCHW: one channel per group), 1x1."""
+class Grouped:
+    """A ResNeXt-like block: 1x1, a 3x3 of 2 groups (stays NCHW: groups of 32 channels
+    that are neither one channel nor the whole input), 1x1."""
 
     @R.function
     def main(
         x: R.Tensor((1, 32, 28, 28), "float32"),
         w1: R.Tensor((64, 32, 1, 1), "float32"),
-        w2: R.Tensor((64, 1, 3, 3), "float32"),
+        w2: R.Tensor((64, 32, 3, 3), "float32"),
         w3: R.Tensor((32, 64, 1, 1), "float32"),
     ):
         R.func_attr({"num_input": 1})
         with R.dataflow():
             y = R.nn.relu(R.nn.conv2d(x, w1))
-            z = R.nn.relu(R.nn.conv2d(y, w2, padding=[1, 1, 1, 1], groups=64))
+            z = R.nn.relu(R.nn.conv2d(y, w2, padding=[1, 1, 1, 1], groups=2))
             out = R.nn.conv2d(z, w3)
             R.output(out)
         return out
 
 
+def mobilenet_block(channels):
+    """A MobileNetV2 block as ONNX's importer gives it (its Clips as call_tirs of max and
+    min against scalar bounds): 1x1 expansion to `2 * channels`, ReLU6, depthwise 3x3,
+    ReLU6, 1x1 projection, the input added; biases; weights after `num_input`."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from tvm.relax.frontend.onnx import from_onnx
+
+    wide = 2 * channels
+    rng = np.random.default_rng(0)
+
+    def initializer(name, *dims):
+        return numpy_helper.from_array(rng.standard_normal(dims).astype("float32"), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["y"], kernel_shape=[1, 1]),
+        helper.make_node("Clip", ["y", "low", "high"], ["y6"]),
+        helper.make_node("Conv", ["y6", "w2", "b2"], ["z"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=wide),
+        helper.make_node("Clip", ["z", "low", "high"], ["z6"]),
+        helper.make_node("Conv", ["z6", "w3", "b3"], ["p"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["p", "x"], ["out"]),
+    ]
+    initializers = [
+        initializer("w1", wide, channels, 1, 1),
+        initializer("b1", wide),
+        initializer("w2", wide, 1, 3, 3),
+        initializer("b2", wide),
+        initializer("w3", channels, wide, 1, 1),
+        initializer("b3", channels),
+        numpy_helper.from_array(np.array(0.0, dtype="float32"), "low"),
+        numpy_helper.from_array(np.array(6.0, dtype="float32"), "high"),
+    ]
+    shape = [1, channels, 28, 28]
+    graph = helper.make_graph(
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, shape)],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    module = from_onnx(model, keep_params_in_input=True)
+    module, _ = relax.frontend.detach_params(module)
+    # The Clip bounds bound as constants, as the driver binds one-value weights.
+    function = module["main"]
+    weights = list(function.params)[int(function.attrs["num_input"]) :]
+    bounds = {var: np.array(value, dtype="float32") for var, value in zip(weights[-2:], (0.0, 6.0))}
+    return relax.transform.BindParams("main", bounds)(module)
+
+
+LAYOUT_KERNEL = "relax_runtime.layout_blocked"
+
+
 def kernel_calls(function):
-    """{kernel name: [output rank, ...]} of the function's kernel calls, and how many
-    layout transforms it has."""
+    """{kernel name: [output rank, ...]} of the function's kernel calls but layout
+    transforms, and how many layout transforms it has (TVM's or the layout kernel's)."""
     calls = collections.defaultdict(list)
     transforms = []
 
     def visit(expr):
         name = offload.packed_name(expr)
-        if name is not None:
+        if name == LAYOUT_KERNEL:
+            transforms.append(expr)
+        elif name is not None:
             calls[name].append(offload.rank(expr))
         elif offload.op_name(expr) == "relax.layout_transform":
             transforms.append(expr)
@@ -84,11 +141,36 @@ def kernel_calls(function):
     return dict(calls), len(transforms)
 
 
+def all_calls(function):
+    """The function's calls, in order."""
+    calls = []
+    relax.analysis.post_order_visit(function.body, lambda expr: calls.append(expr) if isinstance(expr, relax.Call) else None)
+    return calls
+
+
 def kernel_call_list(function):
-    """The function's kernel calls, in order."""
+    """The function's kernel calls but layout transforms, in order."""
     kernels = []
-    relax.analysis.post_order_visit(function.body, lambda expr: kernels.append(expr) if offload.packed_name(expr) else None)
+    relax.analysis.post_order_visit(
+        function.body,
+        lambda expr: kernels.append(expr) if offload.packed_name(expr) not in (None, LAYOUT_KERNEL) else None,
+    )
     return kernels
+
+
+def layout_kernel_ranks(function):
+    """(input rank, output rank) of each of the function's layout kernel calls, and how
+    many of TVM's layout transforms it has left."""
+    ranks, left = [], []
+
+    def visit(expr):
+        if offload.packed_name(expr) == LAYOUT_KERNEL:
+            ranks.append((offload.rank(expr.args[1].fields[0]), offload.rank(expr)))
+        elif offload.op_name(expr) == "relax.layout_transform":
+            left.append(expr)
+
+    relax.analysis.post_order_visit(function.body, visit)
+    return ranks, len(left)
 
 
 class Blocked(unittest.TestCase):
@@ -101,8 +183,10 @@ class Blocked(unittest.TestCase):
         # outputs are [1, F / 16, 14, 14, 16].
         self.assertEqual(calls, {"relax_runtime.conv2d_bias": [5], "relax_runtime.conv2d_bias_add": [5]})
         # Only the input goes to blocks, once for both the convolution and the residual
-        # (ConvertLayout writes a transform per consumer), and the output back.
+        # (ConvertLayout writes a transform per consumer), and the output back, both by
+        # the layout kernel.
         self.assertEqual(transforms, 2)
+        self.assertEqual(layout_kernel_ranks(module["main"]), ([(4, 5), (5, 4)], 0))
         # Both kernels are taken in filter panels, packed at load.
         self.assertEqual(
             layouts["main"], {1: {"layout": "filter_panels", "columns": 240}, 3: {"layout": "filter_panels", "columns": 64}}
@@ -249,9 +333,79 @@ class Blocked(unittest.TestCase):
         self.assertEqual(operands, [[4, 4], [4, 1]])
 
     def test_a_convolution_between_blocked_ones_that_stays_nchw_keeps_the_module_nchw(self):
-        module, converted = blocked_layout.convert(Depthwise, X86)
+        module, converted = blocked_layout.convert(Grouped, X86)
         self.assertFalse(converted)
-        self.assertTrue(module.same_as(Depthwise))
+        self.assertTrue(module.same_as(Grouped))
+
+    def test_a_mobilenet_block_runs_blocked_end_to_end_with_its_depthwise_kernel_oihw(self):
+        # 128 channels: enough multiply-adds per value that the input and output move.
+        block = mobilenet_block(128)
+        clamps = [expr for expr in all_calls(block["main"]) if offload.op_name(expr) == "relax.call_tir"]
+        self.assertEqual(len(clamps), 4)
+        module, converted = blocked_layout.convert(block, X86)
+        self.assertTrue(converted)
+        module, layouts = offload.rewrite(module, None)
+        calls, transforms = kernel_calls(module["main"])
+        # Every convolution blocked, the depthwise one too, with its bias and ReLU6 (and
+        # the projection's residual) folded: no call_tir, no clamp left.
+        self.assertEqual(calls, {"relax_runtime.conv2d_bias": [5, 5], "relax_runtime.conv2d_bias_add": [5]})
+        self.assertEqual(
+            [op for op in map(offload.op_name, all_calls(module["main"])) if op in ("relax.call_tir", "relax.maximum", "relax.minimum")],
+            [],
+        )
+        # The input to blocks and the output back: nothing between the convolutions.
+        self.assertEqual(transforms, 2)
+        def groups_and_epilogue(call):
+            fields = call.args[1].fields
+            at = len(fields) + offload.epilogue_index(offload.packed_name(call))
+            return int(fields[at - 1].value), int(fields[at].value)
+
+        depthwise = [call for call in kernel_call_list(module["main"]) if groups_and_epilogue(call)[0] > 1]
+        self.assertEqual(len(depthwise), 1)
+        # The OIHW weight itself (a parameter), groups = channels, ReLU6.
+        weight = depthwise[0].args[1].fields[1]
+        self.assertEqual([int(d) for d in offload.dims(weight)], [256, 1, 3, 3])
+        self.assertIn(weight, list(module["main"].params))
+        self.assertEqual(groups_and_epilogue(depthwise[0]), (256, offload.RELU6))
+        # Only the pointwise kernels are packed in filter panels at load.
+        self.assertEqual(sorted(entry["layout"] for entry in layouts["main"].values()), ["filter_panels"] * 2)
+
+    def test_a_depthwise_convolution_over_channels_that_are_not_whole_blocks_stays_nchw(self):
+        # 24 channels, 48 after expansion: the 1x1 layers are not whole blocks either,
+        # and nothing is blocked; the clamps still fold into the NCHW kernels.
+        module, converted = blocked_layout.convert(mobilenet_block(12), X86)
+        self.assertFalse(converted)
+        module, _ = offload.rewrite(module, None)
+        calls, transforms = kernel_calls(module["main"])
+        self.assertEqual(calls, {"relax_runtime.conv2d_bias": [4, 4], "relax_runtime.conv2d_bias_add": [4]})
+        self.assertEqual(transforms, 0)
+
+    def test_only_the_blocked_index_map_of_float32_tensors_goes_to_the_layout_kernel(self):
+        def transform(dtype, index_map):
+            x = relax.Var("x", relax.TensorType([1, 32, 5, 7], dtype))
+            builder = relax.BlockBuilder()
+            with builder.function("main", [x]):
+                with builder.dataflow():
+                    blocked = builder.emit(relax.op.layout_transform(x, index_map=index_map))
+                    back = builder.emit_output(
+                        relax.op.layout_transform(blocked, index_map=lambda n, c, h, w, b: (n, c * 16 + b, h, w))
+                    )
+                builder.emit_func_output(back)
+            return builder.get()["main"]
+
+        def rewritten(function):
+            module = tvm.IRModule({"main": offload.layout_kernel_calls(function)})
+            return relax.transform.Normalize()(module)["main"]
+
+        blocked = transform("float32", lambda n, c, h, w: (n, c // 16, h, w, c % 16))
+        self.assertEqual(layout_kernel_ranks(rewritten(blocked)), ([(4, 5), (5, 4)], 0))
+        # The same shapes, the channels dealt out otherwise: that map stays TVM's (the
+        # way back is still the blocked map, which the kernel computes whatever its
+        # input holds).
+        shuffled = transform("float32", lambda n, c, h, w: (n, c % 2, h, w, c // 2))
+        self.assertEqual(layout_kernel_ranks(rewritten(shuffled)), ([(5, 4)], 1))
+        half = transform("float16", lambda n, c, h, w: (n, c // 16, h, w, c % 16))
+        self.assertEqual(layout_kernel_ranks(rewritten(half)), ([], 2))
 
     def test_other_targets_keep_nchw(self):
         aarch64 = {"kind": "llvm", "mtriple": "aarch64-unknown-linux-gnu", "mattr": ["+neon"]}

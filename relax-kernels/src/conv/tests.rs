@@ -394,6 +394,50 @@ fn check_blocked_algorithm(
 }
 
 #[test]
+fn blocked_depthwise_convolutions_match_naive_loops() {
+    let depthwise = |channels, size, kernel, stride, pad, dilation| {
+        shape(
+            channels, size, channels, kernel, stride, pad, dilation, channels,
+        )
+    };
+    let cases = [
+        depthwise(16, 12, 3, 1, 1, 1), // 3x3 same padding, 13 columns: 8 + 3 + edges
+        depthwise(32, 20, 3, 1, 1, 1), // two blocks, rows of 21: two runs of 8
+        depthwise(32, 9, 3, 2, 1, 1),  // stride 2
+        depthwise(48, 7, 5, 1, 2, 1),  // 5x5 (EfficientNet), three blocks
+        depthwise(16, 11, 3, 1, 2, 2), // dilated, padding 2
+        depthwise(16, 5, 5, 3, 4, 1),  // stride 3, padding wider than a stride
+        depthwise(16, 1, 3, 1, 1, 1),  // a 1x2 plane: no interior column
+        depthwise(16, 6, 1, 1, 0, 1),  // 1x1
+        Conv2d {
+            padding: (0, 0, 1, 1), // TensorFlow's "SAME" (bottom and right only)
+            ..depthwise(32, 10, 3, 2, 0, 1)
+        },
+        Conv2d {
+            kernel: (3, 5), // not square
+            padding: (1, 2, 1, 2),
+            ..depthwise(16, 9, 3, 1, 1, 1)
+        },
+    ];
+    for case in &cases {
+        let weights = case.channels * case.kernel.0 * case.kernel.1;
+        check_blocked_algorithm(
+            case,
+            true,
+            0.0,
+            |w| w[..weights].to_vec(),
+            |avx512| Algorithm::BlockedDepthwise { avx512 },
+            &[
+                (false, false, Epilogue::None),
+                (true, true, Epilogue::Relu),
+                (false, true, Epilogue::Relu6),
+                (true, false, Epilogue::Silu),
+            ],
+        );
+    }
+}
+
+#[test]
 fn blocked_winograd_convolutions_match_naive_loops() {
     let cases = [
         shape(16, 12, 16, 3, 1, 1, 1, 1), // same padding, one block (13 columns: odd)
@@ -573,6 +617,28 @@ fn the_kernel_takes_blocked_tensors_and_refuses_what_does_not_fit() {
         &direct,
         "blocked Winograd through the kernel's arguments",
     );
+    // A depthwise kernel on the blocked input, against the NCHW depthwise convolution.
+    let depthwise_w = values(16 * 9, 5);
+    let nchw_x = values(16 * 36, 3);
+    let direct = call_conv2d_shaped(
+        (&mut nchw_x.clone(), &mut [1, 16, 6, 6]),
+        (&mut depthwise_w.clone(), &mut [16, 1, 3, 3]),
+        &mut [1, 16, 6, 6],
+        16,
+    )
+    .unwrap();
+    let out = call_conv2d_shaped(
+        (&mut blocked_x.clone(), &mut [1, 1, 6, 6, 16]),
+        (&mut depthwise_w.clone(), &mut [16, 1, 3, 3]),
+        &mut [1, 1, 6, 6, 16],
+        16,
+    )
+    .unwrap();
+    assert_close(
+        &out,
+        &to_blocked(&direct, 1, 16, 36),
+        "blocked depthwise through the kernel's arguments",
+    );
     let refused = |x_shape: &mut [i64], w_shape: &mut [i64], out_shape: &mut [i64], groups| {
         let mut x = vec![0.0; x_shape.iter().product::<i64>() as usize];
         let mut w = vec![0.0; w_shape.iter().product::<i64>() as usize];
@@ -652,6 +718,44 @@ fn the_kernel_takes_blocked_tensors_and_refuses_what_does_not_fit() {
                 &mut [2, 16, 3, 3, 64],
                 &mut [1, 1, 6, 6, 16],
                 1,
+            ),
+            "shapes do not fit",
+        ),
+        // Blocked depthwise: from an NCHW input; 16 groups of 2 channels of 32 (not
+        // depthwise); 8 groups of 16 channels; 32 filters from 16 channels.
+        (
+            refused(
+                &mut [1, 16, 6, 6],
+                &mut [16, 1, 3, 3],
+                &mut [1, 1, 6, 6, 16],
+                16,
+            ),
+            "blocked depthwise convolution takes a blocked input",
+        ),
+        (
+            refused(
+                &mut [1, 2, 6, 6, 16],
+                &mut [32, 2, 3, 3],
+                &mut [1, 2, 6, 6, 16],
+                16,
+            ),
+            "shapes do not fit",
+        ),
+        (
+            refused(
+                &mut [1, 1, 6, 6, 16],
+                &mut [16, 2, 3, 3],
+                &mut [1, 1, 6, 6, 16],
+                8,
+            ),
+            "shapes do not fit",
+        ),
+        (
+            refused(
+                &mut [1, 1, 6, 6, 16],
+                &mut [32, 1, 3, 3],
+                &mut [1, 2, 6, 6, 16],
+                16,
             ),
             "shapes do not fit",
         ),

@@ -1,0 +1,453 @@
+//! Depthwise convolutions on channel-blocked tensors (`[N, C/16, H, W, 16]`): the 3x3
+//! and 5x5 layers of MobileNets and EfficientNets between their blocked pointwise
+//! layers, so that such a network stays blocked end to end (as onnxruntime's NCHWc path
+//! runs it) instead of changing layout around every depthwise layer.
+//!
+//! Blocked, the 16 channels of a pixel are one vector and each channel has a filter of
+//! its own: an output pixel's 16 values are the sum over the kernel's taps of the tap's
+//! 16 weights times an input pixel's 16 values, lane by lane. A unit of work is one
+//! output row of one block of channels. Its interior pixels (all of whose taps fall
+//! inside the input row) are summed 8 at a time in registers, each tap's weight vector
+//! loaded once for the 8; the pixels at the row's ends skip the taps that fall in the
+//! padding, as every pixel skips the kernel rows that do. The per-channel scale and
+//! shift, the residual and a clamp are applied as the sums are stored; a GELU or SiLU
+//! to the stored row.
+//!
+//! The kernel comes OIHW, `[C, 1, KH, KW]`, and is regrouped on each call into `[C/16,
+//! KH, KW, 16]`: 9 values a channel for a 3x3 kernel, nothing beside the convolution.
+
+use std::ops::Range;
+
+use super::blocked::BLOCK;
+use super::conv_operands::{Conv2d, Operands};
+use super::edges::inside_columns;
+use super::parallel::{for_each_unit, Launch, Shared, INLINE_WORK};
+use super::simd::multiversion;
+
+/// Output pixels summed together in registers: 8 accumulators of 16 lanes beside a
+/// weight vector and the inputs (AVX-512 has 32 vector registers).
+const PIXELS: usize = 8;
+
+/// One pixel's values of one block of channels.
+type Lanes = [f32; BLOCK];
+
+/// The sizes of the convolution that every row shares.
+#[derive(Debug)]
+struct Geometry {
+    height: usize,
+    width: usize,
+    output_width: usize,
+    kernel: (usize, usize),
+    stride: (usize, usize),
+    dilation: (usize, usize),
+    /// Top, left.
+    padding: (usize, usize),
+    /// The output columns all of whose taps fall inside the input row.
+    interior: Range<usize>,
+}
+
+impl Geometry {
+    fn of(shape: &Conv2d, output_width: usize) -> Geometry {
+        let mut interior = 0..output_width;
+        for kx in 0..shape.kernel.1 {
+            let x0 = (kx * shape.dilation.1) as isize - shape.padding.1 as isize;
+            let (low, high) = inside_columns(x0, shape.stride.1, shape.width, output_width);
+            interior = interior.start.max(low)..interior.end.min(high);
+        }
+        // Empty when no column has all its taps inside (a kernel wider than the row).
+        let interior = interior.start..interior.end.max(interior.start);
+        Geometry {
+            height: shape.height,
+            width: shape.width,
+            output_width,
+            kernel: shape.kernel,
+            stride: shape.stride,
+            dilation: shape.dilation,
+            padding: (shape.padding.0, shape.padding.1),
+            interior,
+        }
+    }
+
+    /// The kernel rows whose input row (for output row `oy`) falls inside the input.
+    fn rows_inside(&self, oy: usize) -> Range<usize> {
+        let y0 = (oy * self.stride.0) as isize - self.padding.0 as isize;
+        let (low, high) = inside_columns(y0, self.dilation.0, self.height, self.kernel.0);
+        low..high.max(low)
+    }
+
+    /// The input row of kernel row `ky` for output row `oy` (inside, see `rows_inside`).
+    fn input_row(&self, oy: usize, ky: usize) -> usize {
+        oy * self.stride.0 + ky * self.dilation.0 - self.padding.0
+    }
+
+    /// The input column of kernel column `kx` for output column `ox`, if inside.
+    fn input_column(&self, ox: usize, kx: usize) -> Option<usize> {
+        (ox * self.stride.1 + kx * self.dilation.1)
+            .checked_sub(self.padding.1)
+            .filter(|&column| column < self.width)
+    }
+}
+
+/// What one block of channels reads and applies.
+struct Block<'a> {
+    /// The block's input plane, `[H, W, 16]`.
+    input: &'a [f32],
+    /// The block's kernel, `[KH * KW, 16]`.
+    weights: &'a [f32],
+    scale: &'a Lanes,
+    shift: &'a Lanes,
+    clamp: Option<(f32, f32)>,
+}
+
+/// `out = epilogue(depthwise_conv2d(x, w) * scale + shift + residual)` with `x`, `out`
+/// and `residual` channel-blocked and `w` OIHW (`[C, 1, KH, KW]`); the interior pixels
+/// with AVX-512 instructions when `avx512` (pass `avx512_available()`).
+///
+/// # Safety
+/// `x` holds `shape.batch` blocked images of `shape.channels` channels (a multiple of
+/// 16), `w` `[C, 1, KH, KW]`, `out` and `residual` `[N, C / 16, OH, OW, 16]`,
+/// `per_filter` a value per channel; all valid for the call, and `out` overlaps none of
+/// the others. `shape.groups == shape.channels == shape.filters`. `avx512` only where the
+/// CPU has AVX-512F.
+pub(crate) unsafe fn blocked_depthwise(
+    shape: &Conv2d,
+    avx512: bool,
+    operands: Operands<'_>,
+    launch: Launch,
+) -> Result<(), String> {
+    let Operands {
+        x,
+        w,
+        per_filter,
+        residual,
+        epilogue,
+        out,
+    } = operands;
+    let (output_height, output_width) = shape
+        .output()
+        .ok_or("the kernel does not fit the padded input")?;
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = avx512; // No AVX-512 elsewhere.
+    let geometry = Geometry::of(shape, output_width);
+    let channels = shape.channels;
+    let blocks = channels / BLOCK;
+    let taps = shape.kernel.0 * shape.kernel.1;
+    // SAFETY: the caller's contract: `w` holds `C * KH * KW` values, read only.
+    let w = unsafe { std::slice::from_raw_parts(w, channels * taps) };
+    let weights = regrouped(w, taps);
+    let scale: Vec<f32> = per_filter
+        .and_then(|per_filter| per_filter.scale)
+        .map_or_else(|| vec![1.0; channels], <[f32]>::to_vec);
+    let shift: Vec<f32> = per_filter.map_or_else(
+        || vec![0.0; channels],
+        |per_filter| per_filter.shift.to_vec(),
+    );
+    let (input_plane, output_row) = (shape.height * shape.width * BLOCK, output_width * BLOCK);
+    let x = Shared(x.cast_mut());
+    let residual = residual.map(|residual| Shared(residual.cast_mut()));
+    let units = shape.batch * blocks * output_height;
+    let work = units * output_row * taps;
+    for_each_unit(launch, work < INLINE_WORK, units, &|unit| {
+        let (plane, oy) = (unit / output_height, unit % output_height);
+        let block = plane % blocks;
+        let lanes = |values: &[f32]| -> Lanes {
+            values[block * BLOCK..][..BLOCK]
+                .try_into()
+                .expect("a block of values")
+        };
+        let (scale, shift) = (lanes(&scale), lanes(&shift));
+        // SAFETY: input plane `plane` (image `plane / blocks`, block `plane % blocks`)
+        // and the residual's row, read only; output row `unit` is this unit's alone
+        // (`for_each_unit` runs each unit once). Offsets are inside the checked tensors.
+        let (input, row, residual) = unsafe {
+            (
+                std::slice::from_raw_parts(x.at(plane * input_plane).cast_const(), input_plane),
+                std::slice::from_raw_parts_mut(out.at(unit * output_row), output_row),
+                residual.map(|residual| {
+                    std::slice::from_raw_parts(
+                        residual.at(unit * output_row).cast_const(),
+                        output_row,
+                    )
+                }),
+            )
+        };
+        let block = Block {
+            input,
+            weights: &weights[block * taps * BLOCK..][..taps * BLOCK],
+            scale: &scale,
+            shift: &shift,
+            clamp: epilogue.bounds(),
+        };
+        #[cfg(target_arch = "x86_64")]
+        if avx512 {
+            // SAFETY: the caller's contract: the CPU has AVX-512F.
+            unsafe { avx512::interior(&geometry, oy, &block, residual, row) };
+            edges(&geometry, oy, &block, residual, row);
+            if epilogue.after_registers() {
+                epilogue.apply(row);
+            }
+            return;
+        }
+        block_row(&geometry, oy, &block, residual, row);
+        if epilogue.after_registers() {
+            epilogue.apply(row);
+        }
+    })
+}
+
+/// The OIHW kernel `[C, 1, KH, KW]` as `[C / 16, KH * KW, 16]`.
+fn regrouped(w: &[f32], taps: usize) -> Vec<f32> {
+    let mut grouped = vec![0.0; w.len()];
+    for (channel, filter) in w.chunks_exact(taps).enumerate() {
+        let (block, lane) = (channel / BLOCK, channel % BLOCK);
+        for (tap, &weight) in filter.iter().enumerate() {
+            grouped[(block * taps + tap) * BLOCK + lane] = weight;
+        }
+    }
+    grouped
+}
+
+multiversion! {
+    /// Output row `oy` of one block of channels into `out` (`[OW, 16]`), finished (but
+    /// a GELU or SiLU).
+    fn block_row(
+        geometry: &Geometry,
+        oy: usize,
+        block: &Block<'_>,
+        residual: Option<&[f32]>,
+        out: &mut [f32],
+    ) {
+        let rows = geometry.rows_inside(oy);
+        let interior = geometry.interior.clone();
+        let mut ox = interior.start;
+        while ox + PIXELS <= interior.end {
+            let sums = interior_sums::<PIXELS>(geometry, oy, ox, rows.clone(), block);
+            for (pixel, sums) in sums.iter().enumerate() {
+                store(sums, block, residual, out, ox + pixel);
+            }
+            ox += PIXELS;
+        }
+        for ox in ox..interior.end {
+            let [sums] = interior_sums::<1>(geometry, oy, ox, rows.clone(), block);
+            store(&sums, block, residual, out, ox);
+        }
+        edge_pixels(geometry, oy, block, residual, out);
+    }
+}
+
+multiversion! {
+    /// The pixels of output row `oy` outside the interior, as [`block_row`] stores them
+    /// (beside the AVX-512 interior).
+    #[cfg(target_arch = "x86_64")]
+    fn edges(
+        geometry: &Geometry,
+        oy: usize,
+        block: &Block<'_>,
+        residual: Option<&[f32]>,
+        out: &mut [f32],
+    ) {
+        edge_pixels(geometry, oy, block, residual, out);
+    }
+}
+
+/// See [`edges`].
+#[inline(always)]
+fn edge_pixels(
+    geometry: &Geometry,
+    oy: usize,
+    block: &Block<'_>,
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    let rows = geometry.rows_inside(oy);
+    let interior = &geometry.interior;
+    for ox in (0..interior.start).chain(interior.end..geometry.output_width) {
+        let sums = edge_sums(geometry, oy, ox, rows.clone(), block);
+        store(&sums, block, residual, out, ox);
+    }
+}
+
+/// The sums of the `P` interior output pixels from column `ox` over the kernel rows
+/// `rows`.
+#[inline(always)]
+fn interior_sums<const P: usize>(
+    geometry: &Geometry,
+    oy: usize,
+    ox: usize,
+    rows: Range<usize>,
+    block: &Block<'_>,
+) -> [Lanes; P] {
+    let mut sums = [[0f32; BLOCK]; P];
+    let pixel_step = geometry.stride.1 * BLOCK;
+    for ky in rows {
+        let row = geometry.input_row(oy, ky) * geometry.width;
+        for kx in 0..geometry.kernel.1 {
+            let tap = ky * geometry.kernel.1 + kx;
+            let weights: &Lanes = block.weights[tap * BLOCK..][..BLOCK]
+                .try_into()
+                .expect("a tap's weights");
+            let first = ox * geometry.stride.1 + kx * geometry.dilation.1 - geometry.padding.1;
+            let start = (row + first) * BLOCK;
+            for (pixel, sums) in sums.iter_mut().enumerate() {
+                let input: &Lanes = block.input[start + pixel * pixel_step..][..BLOCK]
+                    .try_into()
+                    .expect("a pixel's values");
+                for lane in 0..BLOCK {
+                    sums[lane] += input[lane] * weights[lane];
+                }
+            }
+        }
+    }
+    sums
+}
+
+/// The sums of output pixel `ox` (at a row's end) over the taps inside the input.
+#[inline(always)]
+fn edge_sums(
+    geometry: &Geometry,
+    oy: usize,
+    ox: usize,
+    rows: Range<usize>,
+    block: &Block<'_>,
+) -> Lanes {
+    let mut sums = [0f32; BLOCK];
+    for ky in rows {
+        let row = geometry.input_row(oy, ky) * geometry.width;
+        for kx in 0..geometry.kernel.1 {
+            let Some(column) = geometry.input_column(ox, kx) else {
+                continue;
+            };
+            let tap = ky * geometry.kernel.1 + kx;
+            let weights = &block.weights[tap * BLOCK..][..BLOCK];
+            let input = &block.input[(row + column) * BLOCK..][..BLOCK];
+            for lane in 0..BLOCK {
+                sums[lane] += input[lane] * weights[lane];
+            }
+        }
+    }
+    sums
+}
+
+/// `sums * scale + shift + residual`, clamped, stored as output pixel `ox` of `out`.
+#[inline(always)]
+fn store(sums: &Lanes, block: &Block<'_>, residual: Option<&[f32]>, out: &mut [f32], ox: usize) {
+    let out: &mut Lanes = (&mut out[ox * BLOCK..][..BLOCK])
+        .try_into()
+        .expect("a pixel's values");
+    for lane in 0..BLOCK {
+        out[lane] = sums[lane] * block.scale[lane] + block.shift[lane];
+    }
+    if let Some(residual) = residual {
+        let residual = &residual[ox * BLOCK..][..BLOCK];
+        for lane in 0..BLOCK {
+            out[lane] += residual[lane];
+        }
+    }
+    if let Some((low, high)) = block.clamp {
+        // `f32::max` then `min`, as the other kernels clamp: a NaN becomes `low`.
+        for value in out.iter_mut() {
+            *value = value.max(low).min(high);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{Block, Geometry, BLOCK, PIXELS};
+
+    /// The interior pixels of output row `oy` (see [`Geometry::interior`]) into `out`
+    /// (`[OW, 16]`), finished as [`super::store`] does: runs of 8 pixels with 8 vector
+    /// accumulators, then one pixel at a time.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn interior(
+        geometry: &Geometry,
+        oy: usize,
+        block: &Block<'_>,
+        residual: Option<&[f32]>,
+        out: &mut [f32],
+    ) {
+        let interior = geometry.interior.clone();
+        if interior.is_empty() {
+            return;
+        }
+        // (the tap's weights, its input for output column 0) of the taps inside, in
+        // values; the interior's columns read inside the input row for every tap.
+        let mut taps = Vec::with_capacity(geometry.kernel.0 * geometry.kernel.1);
+        for ky in geometry.rows_inside(oy) {
+            let row = geometry.input_row(oy, ky) * geometry.width;
+            for kx in 0..geometry.kernel.1 {
+                let column = (kx * geometry.dilation.1) as isize - geometry.padding.1 as isize;
+                let first = (row as isize + column) * BLOCK as isize;
+                taps.push(((ky * geometry.kernel.1 + kx) * BLOCK, first));
+            }
+        }
+        let step = geometry.stride.1 * BLOCK;
+        let (input, weights) = (block.input.as_ptr(), block.weights.as_ptr());
+        // SAFETY: 16 values each, read only.
+        let (scale, shift) = unsafe {
+            (
+                _mm512_loadu_ps(block.scale.as_ptr()),
+                _mm512_loadu_ps(block.shift.as_ptr()),
+            )
+        };
+        let finish = |sums: __m512, ox: usize, out: &mut [f32]| {
+            let mut value = _mm512_fmadd_ps(sums, scale, shift);
+            if let Some(residual) = residual {
+                let residual = &residual[ox * BLOCK..][..BLOCK];
+                // SAFETY: the 16 values of pixel `ox`, read only.
+                value = _mm512_add_ps(value, unsafe { _mm512_loadu_ps(residual.as_ptr()) });
+            }
+            if let Some((low, high)) = block.clamp {
+                // max then min with the value first, as `f32::max` and `min`: a NaN
+                // becomes `low`.
+                value = _mm512_min_ps(
+                    _mm512_max_ps(value, _mm512_set1_ps(low)),
+                    _mm512_set1_ps(high),
+                );
+            }
+            let out = &mut out[ox * BLOCK..][..BLOCK];
+            // SAFETY: the 16 values of pixel `ox`.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), value) };
+        };
+        let mut ox = interior.start;
+        while ox + PIXELS <= interior.end {
+            let mut sums = [_mm512_setzero_ps(); PIXELS];
+            let base = (ox * step) as isize;
+            for &(tap, first) in &taps {
+                // SAFETY: the tap's 16 weights inside the block's kernel; the interior's
+                // pixels `ox..ox + 8` read inside the input row of this tap (`first` plus
+                // their column's offset is inside the plane), 16 values each.
+                unsafe {
+                    let weight = _mm512_loadu_ps(weights.add(tap));
+                    let at = input.offset(first + base);
+                    for (pixel, sums) in sums.iter_mut().enumerate() {
+                        let value = _mm512_loadu_ps(at.add(pixel * step));
+                        *sums = _mm512_fmadd_ps(value, weight, *sums);
+                    }
+                }
+            }
+            for (pixel, sums) in sums.into_iter().enumerate() {
+                finish(sums, ox + pixel, out);
+            }
+            ox += PIXELS;
+        }
+        for ox in ox..interior.end {
+            let mut sums = _mm512_setzero_ps();
+            let base = (ox * step) as isize;
+            for &(tap, first) in &taps {
+                // SAFETY: as above, for pixel `ox` alone.
+                unsafe {
+                    let weight = _mm512_loadu_ps(weights.add(tap));
+                    sums =
+                        _mm512_fmadd_ps(_mm512_loadu_ps(input.offset(first + base)), weight, sums);
+                }
+            }
+            finish(sums, ox, out);
+        }
+    }
+}
