@@ -250,7 +250,8 @@ multiversion! {
     }
 }
 
-/// See [`edges`].
+/// The pixels of output row `oy` outside the interior, summed over the taps inside the
+/// input and stored.
 #[inline(always)]
 fn edge_pixels(
     geometry: &Geometry,

@@ -322,8 +322,14 @@ def desired_layouts(call):
     """ConvertLayout's layouts for `call`: a depthwise convolution over whole blocks of
     channels keeps its kernel OIHW (see the module's doc); a convolution of other groups
     stays NCHW, as relax-runtime's kernels run it (ConvertLayout would block one of
-    groups of whole blocks, which neither they nor TVM's legalization run)."""
-    if getattr(call.op, "name", None) == "relax.nn.conv2d" and int(call.attrs.groups) > 1:
+    groups of whole blocks, which neither they nor TVM's legalization run); and a
+    transposed convolution keeps its own layouts (with none asked, ConvertLayout gives it
+    its blocked input's layout, of another rank than its attributes', and fails)."""
+    name = getattr(call.op, "name", None)
+    if name == "relax.nn.conv2d_transpose":
+        attrs = call.attrs
+        return {name: [attrs.data_layout, attrs.kernel_layout, attrs.out_layout or attrs.data_layout]}
+    if name == "relax.nn.conv2d" and int(call.attrs.groups) > 1:
         w_dims = static_ints(dims_of(call.args[1]))
         groups = int(call.attrs.groups)
         if w_dims is not None and w_dims[0] == groups and w_dims[1] == 1 and groups % BLOCK == 0:
@@ -332,16 +338,27 @@ def desired_layouts(call):
     return BLOCKED_LAYOUTS
 
 
-def convert(ir_module, target):
+def convert(ir_module, target, warnings=None):
     """The module with its convolutions on blocked tensors where that pays (see the
-    module's doc), else the module itself; and whether it converted."""
+    module's doc), else the module itself; and whether it converted. When TVM's
+    ConvertLayout fails on the module, it stays NCHW, and a line saying so goes to
+    `warnings` (the build's output) when given: the layout is an optimization, and must
+    never lose a model."""
     if not converts(target):
         return ir_module, False
     if not any(has_conv2d(function) for function in ir_module.functions.values()):
         return ir_module, False
-    converted = with_whole_filter_blocks(
-        relax.transform.ConvertLayout(BLOCKED_LAYOUTS, desired_layouts)(prepared(ir_module))
-    )
+    try:
+        converted = with_whole_filter_blocks(
+            relax.transform.ConvertLayout(BLOCKED_LAYOUTS, desired_layouts)(prepared(ir_module))
+        )
+    except tvm.error.InternalError as error:
+        if warnings is not None:
+            first_line = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
+            warnings.append(
+                f"the model's convolutions stay NCHW (slower on this CPU): TVM's ConvertLayout failed on it ({first_line})"
+            )
+        return ir_module, False
     moved, multiply_adds = 0, 0
     for function in converted.functions.values():
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):

@@ -8,6 +8,7 @@ import collections
 import os
 import sys
 import unittest
+import unittest.mock
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -406,6 +407,63 @@ class Blocked(unittest.TestCase):
         self.assertEqual(layout_kernel_ranks(rewritten(shuffled)), ([(5, 4)], 1))
         half = transform("float16", lambda n, c, h, w: (n, c // 16, h, w, c % 16))
         self.assertEqual(layout_kernel_ranks(rewritten(half)), ([], 2))
+
+    def test_a_transposed_convolution_after_blocked_layers_takes_its_input_back_in_nchw(self):
+        # A detector's head: blocked convolutions, then a ConvTranspose (ConvertLayout
+        # fails on one asked for no layout whose input is blocked).
+        @tvm.script.ir_module
+        class Head:
+            @R.function
+            def main(
+                x: R.Tensor((1, 64, 28, 28), "float32"),
+                w1: R.Tensor((256, 64, 1, 1), "float32"),
+                w2: R.Tensor((256, 256, 1, 1), "float32"),
+                w3: R.Tensor((256, 1, 2, 2), "float32"),
+            ):
+                R.func_attr({"num_input": 1})
+                with R.dataflow():
+                    y = R.clip(R.nn.conv2d(x, w1), 0, 6)
+                    z = R.nn.relu(R.nn.conv2d(y, w2))
+                    out = R.nn.conv2d_transpose(z, w3, strides=[2, 2], kernel_layout="IOHW")
+                    R.output(out)
+                return out
+
+        warnings = []
+        module, converted = blocked_layout.convert(Head, X86, warnings)
+        self.assertTrue(converted)
+        self.assertEqual(warnings, [])
+        module, _ = offload.rewrite(module, None)
+        calls, transforms = kernel_calls(module["main"])
+        # The clip folds as a ReLU6; the transposed convolution takes NCHW.
+        self.assertEqual(calls, {"relax_runtime.conv2d": [5, 5], "relax_runtime.conv2d_transpose": [4]})
+        self.assertEqual(transforms, 2)
+
+    def test_a_model_convert_layout_fails_on_stays_nchw_with_a_warning(self):
+        # Asked for blocked layouts on every op (as before the transposed convolution
+        # had its own), ConvertLayout fails on the head above: the module is kept.
+        @tvm.script.ir_module
+        class Head:
+            @R.function
+            def main(
+                x: R.Tensor((1, 64, 28, 28), "float32"),
+                w1: R.Tensor((256, 64, 1, 1), "float32"),
+                w2: R.Tensor((256, 1, 2, 2), "float32"),
+            ):
+                R.func_attr({"num_input": 1})
+                with R.dataflow():
+                    y = R.nn.relu(R.nn.conv2d(x, w1))
+                    out = R.nn.conv2d_transpose(y, w2, strides=[2, 2], kernel_layout="IOHW")
+                    R.output(out)
+                return out
+
+        warnings = []
+        with unittest.mock.patch.object(blocked_layout, "desired_layouts", lambda call: blocked_layout.BLOCKED_LAYOUTS):
+            module, converted = blocked_layout.convert(Head, X86, warnings)
+        self.assertFalse(converted)
+        self.assertTrue(module.same_as(Head))
+        self.assertEqual(len(warnings), 1)
+        self.assertIn("stay NCHW", warnings[0])
+        self.assertIn("ConvertLayout failed", warnings[0])
 
     def test_other_targets_keep_nchw(self):
         aarch64 = {"kind": "llvm", "mtriple": "aarch64-unknown-linux-gnu", "mattr": ["+neon"]}
