@@ -36,3 +36,6 @@ pub fn record_files(dir: &Path) -> Vec<PathBuf> {
 pub fn has_records(dir: &Path) -> bool {
     record_files(dir).len() == RECORD_FILES.len()
 }
+
+#[cfg(test)]
+mod tests;

@@ -557,6 +557,8 @@ fn convolutions() -> Vec<Conv> {
         conv("MobileNetV2", 96, 96, 112, 3, 2, 96),
         conv("MobileNetV2", 144, 144, 56, 3, 1, 144),
         conv("MobileNetV2", 576, 576, 14, 3, 1, 576),
+        conv("MobileNetV2", 384, 384, 14, 3, 1, 384),
+        conv("MobileNetV2", 960, 960, 7, 3, 1, 960),
         conv("EfficientNet-B0", 240, 240, 28, 5, 1, 240),
         conv("MobileNetV2", 32, 16, 112, 1, 1, 1),
         conv("MobileNetV2", 144, 32, 28, 1, 1, 1),

@@ -137,16 +137,6 @@ fn sample_tensor(dtype: DType, shape: &[usize]) -> Result<Tensor, String> {
             )
         })?;
     let mut data = vec![0u8; bytes];
-    let integers = [
-        DType::I8,
-        DType::I16,
-        DType::I32,
-        DType::I64,
-        DType::U8,
-        DType::U16,
-        DType::U32,
-        DType::U64,
-    ];
     let mut state = 0x2545_f491_u32;
     for element in data.chunks_exact_mut(bytes_per) {
         state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
@@ -155,7 +145,7 @@ fn sample_tensor(dtype: DType, shape: &[usize]) -> Result<Tensor, String> {
             element.copy_from_slice(&(unit as f32).to_le_bytes());
         } else if dtype == DType::F64 {
             element.copy_from_slice(&unit.to_le_bytes());
-        } else if integers.contains(&dtype) {
+        } else if dtype.is_integer() {
             // 0 or 1 in the lowest byte (little-endian): a valid index of any dim.
             element[0] = (state >> 31) as u8;
         }

@@ -102,6 +102,11 @@ impl DType {
         valid.then_some(DType::scalar(code, bits))
     }
 
+    /// Whether the type is a signed or unsigned integer (`bool` is not).
+    pub fn is_integer(self) -> bool {
+        matches!(self.code, INT | UINT)
+    }
+
     /// Bytes taken by one element (all lanes).
     pub fn size_in_bytes(self) -> usize {
         (self.bits as usize * self.lanes as usize).div_ceil(8)
@@ -218,6 +223,20 @@ mod tests {
         ] {
             let dtype = DType::parse(name).unwrap_or_else(|| panic!("{name} should parse"));
             assert_eq!(dtype.to_string(), name);
+        }
+    }
+
+    #[test]
+    fn integers_are_the_int_and_uint_types() {
+        let integers = [
+            "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        ];
+        for name in ["float16", "float32", "bfloat16", "bool", "float8_e5m2"]
+            .into_iter()
+            .chain(integers)
+        {
+            let dtype = DType::parse(name).unwrap_or_else(|| panic!("{name} should parse"));
+            assert_eq!(dtype.is_integer(), integers.contains(&name), "{name}");
         }
     }
 

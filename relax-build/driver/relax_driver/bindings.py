@@ -19,3 +19,12 @@ def rewritten_body(function, rewrite):
             bindings.append(binding)
         blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(bindings))
     return relax.SeqExpr(blocks, function.body.body) if changed else None
+
+
+def rewritten_function(function, rewrite):
+    """The function with its body rewritten as `rewritten_body` does, or the function
+    itself when nothing was replaced."""
+    body = rewritten_body(function, rewrite)
+    if body is None:
+        return function
+    return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)

@@ -23,10 +23,10 @@ two transforms: batch norms are decomposed into multiply-adds; a per-channel ope
 `[C, 1, 1]` (how ONNX writes a batch norm's scale) is reshaped to `[1, C, 1, 1]`
 (DenseNet-121's 62 pre-activation batch norms: 27 million values moved per call); and
 the `call_tir`s of `max` or `min` against a scalar bound that ONNX's importer writes for
-Clip (MobileNetV2's ReLU6) become `maximum` and `minimum` ops. The module is kept only
-when the activations it transforms are few: a convolution that stays NCHW between
-blocked ones (one over channels that are not whole blocks) transforms its input and
-output on every call.
+Clip (MobileNetV2's ReLU6) become `maximum` and `minimum` ops, as does each `clip` with
+constant bounds (hard-swish, hard-sigmoid). The module is kept only when the activations
+it transforms are few: a convolution that stays NCHW between blocked ones (one over
+channels that are not whole blocks) transforms its input and output on every call.
 
 ConvertLayout leaves NCHW a convolution whose filters are not whole blocks, such as
 SqueezeNet's last (512 channels to 1000 classes over 13x13, 36% of its multiply-adds),
@@ -40,8 +40,8 @@ off its output after the transform back to NCHW. One thread, that convolution al
 import tvm
 from tvm import relax, sym
 
-from .bindings import rewritten_body
-from .offload import extremum_with_scalar, prim_float, static_ints
+from .bindings import rewritten_function
+from .offload import BLOCK, extremum_with_scalar, prim_float, static_ints
 
 BLOCKED_LAYOUTS = {"relax.nn.conv2d": ["NCHW16c", "OIHW16i16o"]}
 # A depthwise convolution's: its kernel `[C, 1, KH, KW]` has no blocks of input channels.
@@ -161,13 +161,8 @@ def channel_operands(function):
                 changed = True
         return relax.Call(value.op, args, value.attrs) if changed else None
 
-    body = rewritten_body(function, reshaped)
-    if body is None:
-        return function
-    return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+    return rewritten_function(function, reshaped)
 
-
-BLOCK = 16
 
 
 def blocked_source(expr, values):
@@ -244,10 +239,7 @@ def whole_filter_blocks(function):
         nchw = relax.op._ffi_api.layout_transform(convolution, to_nchw, None)
         return relax.op.strided_slice(nchw, axes=[1], begin=[0], end=[filters])
 
-    body = rewritten_body(function, padded)
-    if body is None:
-        return function
-    return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+    return rewritten_function(function, padded)
 
 
 def with_whole_filter_blocks(ir_module):
@@ -285,10 +277,7 @@ def clamp_ops(function, module):
         operand, bound = arguments.fields
         return (relax.op.maximum if kind == "max" else relax.op.minimum)(operand, bound)
 
-    body = rewritten_body(function, op)
-    if body is None:
-        return function
-    return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+    return rewritten_function(function, op)
 
 
 def clip_as_extrema(clip):

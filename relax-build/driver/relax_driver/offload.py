@@ -2,8 +2,8 @@
 
 Before TVM lowers a model, the float32 matrix multiplications, 2-D convolutions, softmax
 (along the last axis, with an additive mask before it), layer norms (along the last
-axis) and sums or means over trailing axes of every Relax function are rewritten into `R.call_dps_packed("relax_runtime.<kernel>",
-...)`, together with what follows them when nothing else uses the intermediate value: a
+axis) and sums or means over trailing axes of every Relax function are rewritten into
+`R.call_dps_packed("relax_runtime.<kernel>", ...)`, together with what follows them when nothing else uses the intermediate value: a
 bias add, a batch norm, a constant scale, an activation. relax-runtime registers those
 functions when it loads TVM's runtime (its `kernels` module documents each kernel's
 arguments); they run on the `gemm` crate, with symbolic shapes, on TVM's thread pool.
@@ -37,9 +37,10 @@ taken packed in filter panels, `[ceil(out / 64), in, kh, kw, 64]` (`"layout":
 A convolution on channel-blocked tensors (`[N, C/16, H, W, 16]`, which blocked_layout.py
 gives CNNs before this rewrite) takes its kernel in filter panels too: a weight packed at
 load, a constant packed here; its bias comes through ConvertLayout's transform of the
-`[1, O, 1, 1]` bias. A depthwise one takes its OIHW kernel (`[C, 1, KH, KW]`) as it is. A weight used only as the kernel of blocked 3x3 convolutions with
-stride 1 that a Winograd variant computes best (see `blocked_winograd_tile`) is taken as
-that transform instead, in panels of 64 filters: `[36, ceil(out / 64), in, 64]` for
+`[1, O, 1, 1]` bias. A depthwise one takes its OIHW kernel (`[C, 1, KH, KW]`) as it
+is. A weight used only as the kernel of blocked 3x3 convolutions with stride 1 that a
+Winograd variant computes best (see `blocked_winograd_tile`) is taken as that transform
+instead, in panels of 64 filters: `[36, ceil(out / 64), in, 64]` for
 F(4x4, 3x3) (`"layout": "blocked_winograd4"`) or `[16, ceil(out / 64), in, 64]` for
 F(2x2, 3x3) (`"layout": "blocked_winograd"`), with its `"columns"`: the filters.
 """
@@ -49,7 +50,7 @@ import math
 import tvm
 from tvm import relax, sym
 
-from .bindings import rewritten_body
+from .bindings import rewritten_body, rewritten_function
 
 # Activation op -> the kernels' epilogue code.
 EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3, "relax.nn.relu6": 4, "relax.nn.silu": 5}
@@ -707,6 +708,8 @@ def take_weights_otherwise(function, weight_rank, fits, new_dims, adjust=None):
 
 # Columns per panel of a packed dense weight (relax-runtime's `kernels::panels::PANEL`).
 PANEL = 64
+# Channels per block of a channel-blocked tensor (see blocked_layout.py).
+BLOCK = 16
 
 
 def panel_weights(function):
@@ -942,10 +945,7 @@ def blocked_kernels_packed(function, transformed=()):
         args[1] = filter_panels_expr(args[1])
         return packed(name, args, binding.var.ty)
 
-    body = rewritten_body(function, packed_kernel)
-    if body is None:
-        return function
-    return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+    return rewritten_function(function, packed_kernel)
 
 
 # A blocked convolution with a 3x3 kernel, stride 1, no dilation and one group is
@@ -1061,7 +1061,6 @@ def filter_panel_weights(function):
     return function, {index: ("filter_panels", int(stored[index][0])) for index in indices}
 
 
-BLOCK = 16
 # A point of NCHW and where the blocked layout puts it: `[N, C, H, W]` -> `[N, C / 16, H, W,
 # 16]`, the index map of ConvertLayout's NCHW16c transforms (and blocked_layout.py's back).
 NCHW_POINT, BLOCKED_POINT = (1, 37, 2, 3), (1, 2, 2, 3, 5)
@@ -1107,10 +1106,7 @@ def layout_kernel_calls(function):
             return None
         return packed("relax_runtime.layout_blocked", [binding.value.args[0]], binding.var.ty)
 
-    body = rewritten_body(function, kernel_call)
-    if body is None:
-        return function
-    return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+    return rewritten_function(function, kernel_call)
 
 
 def rewrite(ir_module, target):

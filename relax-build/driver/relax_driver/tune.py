@@ -9,7 +9,8 @@ from .errors import DriverError
 from .linking import export_candidate, export_shared_library
 from .signature import symbolic_dims
 
-# The files of a meta-schedule JSON database (relax-build's tuning.rs names them too).
+# The files of a meta-schedule JSON database, as relax-build/src/tuning.rs names them (its
+# tests check that the two agree).
 RECORD_FILES = ("database_workload.json", "database_tuning_record.json")
 
 
@@ -32,7 +33,7 @@ def refuse_symbolic_dims(functions, model):
         )
 
 
-def builder_with_intrinsics_imported(ms, device_compiler=None):
+def builder_with_intrinsics_imported(ms, on_device=False, cross_compiler=None):
     """meta-schedule's local builder, its workers importing TVM's tensor intrinsics first.
 
     Its default build imports them in each worker (a new pool for each round of builds)
@@ -40,18 +41,18 @@ def builder_with_intrinsics_imported(ms, device_compiler=None):
     10-100 s of CPU on a slow 2-core machine: every build of a round timed out and the
     task recorded nothing. A worker's initializer runs untimed, before its builds.
 
-    With `device_compiler` (measuring on a device: "" for the host's compiler), each
-    candidate is linked into a shared library, which relax-rpc-server loads.
+    `on_device` (measuring on a device): each candidate is linked into a shared library,
+    which relax-rpc-server loads, by the host's compiler or `cross_compiler`.
     """
 
     # Nested, so that the worker gets it by value.
     def import_tensor_intrinsics():
         import tvm.s_tir.tensor_intrin  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
 
-    if device_compiler is None:
+    if not on_device:
         return ms.builder.LocalBuilder(initializer=import_tensor_intrinsics)
     return ms.builder.LocalBuilder(
-        initializer=import_tensor_intrinsics, f_export=functools.partial(export_candidate, device_compiler)
+        initializer=import_tensor_intrinsics, f_export=functools.partial(export_candidate, cross_compiler)
     )
 
 
@@ -183,7 +184,7 @@ def tune_module(ir_module, functions, request):
             unfinished,
             max_trials_global=trials * max(len(tasks), 1),
             max_trials_per_task=trials,
-            builder=builder_with_intrinsics_imported(ms, (request.get("cross_compiler") or "") if device else None),
+            builder=builder_with_intrinsics_imported(ms, bool(device), request.get("cross_compiler")),
             runner=rpc_runner(ms, device) if device else "local",
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), reporter],
         )
