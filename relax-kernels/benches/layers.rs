@@ -201,6 +201,14 @@ impl Conv {
                 ),
             );
         }
+        if c % 16 != 0 && f % 16 == 0 {
+            // A network's first convolution (3 channels): NCHW in, blocked out.
+            let blocked_out = [1, (f / 16) as i64, o as i64, o as i64, 16];
+            row(
+                "NCHW in, blocked out, filter panels",
+                self.run(quick, (&x, &nchw), (&panels, &panel_shape), &blocked_out),
+            );
+        }
         if c % 16 == 0 && f % 16 == 0 {
             let blocked_x = [1, (c / 16) as i64, s as i64, s as i64, 16];
             let blocked_out = [1, (f / 16) as i64, o as i64, o as i64, 16];
@@ -553,6 +561,7 @@ fn convolutions() -> Vec<Conv> {
         conv("ResNet-50", 256, 256, 14, 3, 1, 1),
         conv("ResNet-50", 1024, 256, 14, 1, 1, 1),
         conv("ResNet-50", 512, 512, 7, 3, 1, 1),
+        conv("MobileNetV2", 3, 32, 224, 3, 2, 1),
         conv("MobileNetV2", 32, 32, 112, 3, 1, 32),
         conv("MobileNetV2", 96, 96, 112, 3, 2, 96),
         conv("MobileNetV2", 144, 144, 56, 3, 1, 144),

@@ -16,6 +16,8 @@ pub(crate) enum Epilogue {
     Relu6,
     /// `x * sigmoid(x)` (SiLU, or swish: EfficientNet's activation).
     Silu,
+    /// `x * min(max(x + 3, 0), 6) / 6` (hard-swish: MobileNetV3's activation).
+    HardSwish,
 }
 
 impl Epilogue {
@@ -27,6 +29,7 @@ impl Epilogue {
             3 => Epilogue::GeluTanh,
             4 => Epilogue::Relu6,
             5 => Epilogue::Silu,
+            6 => Epilogue::HardSwish,
             other => return Err(format!("unknown epilogue code {other}")),
         })
     }
@@ -36,12 +39,16 @@ impl Epilogue {
         match self {
             Epilogue::Relu => Some((0.0, f32::INFINITY)),
             Epilogue::Relu6 => Some((0.0, 6.0)),
-            Epilogue::None | Epilogue::Gelu | Epilogue::GeluTanh | Epilogue::Silu => None,
+            Epilogue::None
+            | Epilogue::Gelu
+            | Epilogue::GeluTanh
+            | Epilogue::Silu
+            | Epilogue::HardSwish => None,
         }
     }
 
     /// Whether the activation is more than a clamp: what the kernels apply to stored
-    /// values (a GELU, a SiLU) after what they apply in registers ([`Epilogue::bounds`]).
+    /// values (a GELU, a SiLU, a hard-swish) after what they apply in registers ([`Epilogue::bounds`]).
     pub(crate) fn after_registers(self) -> bool {
         self != Epilogue::None && self.bounds().is_none()
     }
@@ -63,6 +70,7 @@ multiversion! {
             Epilogue::GeluTanh => values.iter_mut().for_each(|value| *value = gelu_tanh(*value)),
             Epilogue::Relu6 => values.iter_mut().for_each(|value| *value = relu6(*value)),
             Epilogue::Silu => values.iter_mut().for_each(|value| *value = silu(*value)),
+            Epilogue::HardSwish => values.iter_mut().for_each(|value| *value = hard_swish(*value)),
         }
     }
 }
@@ -73,6 +81,13 @@ multiversion! {
 #[allow(clippy::manual_clamp)]
 fn relu6(value: f32) -> f32 {
     value.max(0.0).min(6.0)
+}
+
+/// `x * min(max(x + 3, 0), 6) / 6`, in the order ONNX's HardSwish is imported (the gate
+/// divided by 6, then the product); a NaN stays NaN.
+#[inline(always)]
+fn hard_swish(x: f32) -> f32 {
+    x * (relu6(x + 3.0) / 6.0)
 }
 
 multiversion! {
@@ -222,6 +237,14 @@ mod tests {
                 values[0]
             );
         }
+        assert_eq!(Epilogue::from_code(6), Ok(Epilogue::HardSwish));
+        let mut values = [-4.0f32, -3.0, -1.5, 0.0, 1.5, 3.0, 10.0];
+        Epilogue::HardSwish.apply(&mut values);
+        assert_eq!(values, [0.0, 0.0, -0.375, 0.0, 1.125, 3.0, 10.0]);
+        assert_eq!(
+            Epilogue::from_code(7),
+            Err("unknown epilogue code 7".to_string())
+        );
         let mut rows = [1.0f32, 2.0, 3.0, 4.0];
         add_bias_to_rows(&mut rows, &[10.0, 20.0]);
         assert_eq!(rows, [11.0, 22.0, 13.0, 24.0]);

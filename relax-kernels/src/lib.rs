@@ -91,11 +91,12 @@
 //! | `relax_runtime.reduce_trailing` | `x, axes, mean, out`: sum (mean when `mean` is 1) over the last `axes` axes |
 //! | `relax_runtime.recurrent` | an RNN, GRU or LSTM layer's steps over its input projection (see `recurrent`) |
 //! | `relax_runtime.resize` | ONNX's Resize with scales or sizes known at run time (see `resize`) |
+//! | `relax_runtime.resize2d` | `x, method, coordinates, rounding, out`: TVM's `image.resize2d`, nearest or bilinear, NCHW or blocked (see `resize2d`) |
 //! | `relax_runtime.layout_blocked` | `x, out`: `[N, C, H, W]` to `[N, C / 16, H, W, 16]` or back, `C` a multiple of 16 (see `layout`) |
 //!
 //! `w` is `[N, K]` with `transpose_w = 1` (`x · wᵀ`, as `nn.Linear` stores it), else
 //! `[K, N]`; `epilogue` is the activation that follows: 0 none, 1 ReLU, 2 GELU (erf),
-//! 3 GELU (tanh), 4 ReLU6, 5 SiLU. Every argument is checked (dtype,
+//! 3 GELU (tanh), 4 ReLU6, 5 SiLU, 6 hard-swish. Every argument is checked (dtype,
 //! shapes) before any memory is touched: a mismatch is an error, not UB.
 
 #![warn(missing_docs)]
@@ -119,6 +120,7 @@ mod panels;
 mod parallel;
 mod recurrent;
 mod resize;
+mod resize2d;
 mod rows;
 mod scratch;
 mod simd;
@@ -169,6 +171,7 @@ pub const KERNELS: &[(&str, Kernel)] = &[
     ("relax_runtime.reduce_trailing", rows::reduce_trailing),
     ("relax_runtime.recurrent", recurrent::recurrent),
     ("relax_runtime.resize", resize::resize),
+    ("relax_runtime.resize2d", resize2d::resize2d),
     ("relax_runtime.layout_blocked", layout::layout_blocked),
 ];
 

@@ -2,7 +2,8 @@
 
 Before TVM lowers a model, the float32 matrix multiplications, 2-D convolutions, softmax
 (along the last axis, with an additive mask before it), layer norms (along the last
-axis) and sums or means over trailing axes of every Relax function are rewritten into
+axis), sums or means over trailing axes and nearest or bilinear resizes (NCHW or
+blocked) of every Relax function are rewritten into
 `R.call_dps_packed("relax_runtime.<kernel>", ...)`, together with what follows them when nothing else uses the intermediate value: a
 bias add, a batch norm, a constant scale, an activation. relax-runtime registers those
 functions when it loads TVM's runtime (its `kernels` module documents each kernel's
@@ -16,7 +17,9 @@ An add of a tensor of the output's own shape (a residual connection) folds too, 
 kernel's `_add` variant, which takes that tensor as its last input, and so does an
 activation after it: ReLU, GELU, and ReLU6, also as `max(y, 0)` then `min(that, 6)` or
 `clip(y, 0, 6)` (ONNX's importer writes Clip as call_tirs of max and min PrimFuncs
-against 0-d bounds). Bindings left unused are removed afterwards.
+against 0-d bounds), SiLU (`y * sigmoid(y)`) and hard-swish (`y * (clip(y + 3, 0, 6) /
+6)`, as TVM imports ONNX's HardSwish and PyTorch's). Bindings left unused are removed
+afterwards.
 
 A weight (a parameter bound at load time) used only as a dense layer's weight (`[in,
 out]`, or `[out, in]` taken transposed, as `nn.Linear` stores it) is taken packed in
@@ -54,9 +57,9 @@ from .bindings import rewritten_body, rewritten_function
 
 # Activation op -> the kernels' epilogue code.
 EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3, "relax.nn.relu6": 4, "relax.nn.silu": 5}
-RELU, RELU6, SILU = 1, 4, 5
+RELU, RELU6, SILU, HARD_SWISH = 1, 4, 5, 6
 # The epilogues a convolution folds in.
-CONV_EPILOGUES = (RELU, RELU6, SILU)
+CONV_EPILOGUES = (RELU, RELU6, SILU, HARD_SWISH)
 
 
 def tensor_type(expr):
@@ -207,6 +210,45 @@ def swaps_last_two(permute, ndim):
     return [int(a) for a in axes] == list(range(ndim - 2)) + [ndim - 1, ndim - 2]
 
 
+# TVM's resize2d attributes -> relax-runtime's `resize2d` codes.
+RESIZE_METHODS = {"nearest_neighbor": 0, "linear": 1}
+RESIZE_COORDINATES = {
+    "half_pixel": 0,
+    "align_corners": 1,
+    "asymmetric": 2,
+    "pytorch_half_pixel": 3,
+    "tf_half_pixel_for_nn": 4,
+}
+RESIZE_ROUNDING = {"round": 0, "floor": 1, "ceil": 2, "round_prefer_floor": 3, "round_prefer_ceil": 4}
+
+
+def resize2d(call):
+    """TVM's `image.resize2d` of a float32 NCHW or blocked tensor, nearest or bilinear,
+    as relax-runtime's kernel (TVM's loops work out every output value's coordinates: 2.4
+    ms a call for one FPN level of a detector), or None. The output size is the call's."""
+    x = call.args[0]
+    attrs = call.attrs
+    method = RESIZE_METHODS.get(str(attrs.method))
+    mode = str(attrs.coordinate_transformation_mode)
+    rounding = str(attrs.rounding_method)
+    if rounding == "":
+        # TVM's default for nearest sampling.
+        rounding = "round" if mode == "align_corners" else "floor"
+    layouts = {"NCHW": 4, "NCHW16c": 5}
+    if (
+        method is None
+        or mode not in RESIZE_COORDINATES
+        or (method == RESIZE_METHODS["nearest_neighbor"] and rounding not in RESIZE_ROUNDING)
+        or layouts.get(str(attrs.layout)) != rank(x)
+        or rank(call) != rank(x)
+        or (attrs.out_dtype is not None and str(attrs.out_dtype) not in ("", "float32"))
+        or not is_float32(x, call)
+    ):
+        return None
+    codes = [method, RESIZE_COORDINATES[mode], RESIZE_ROUNDING.get(rounding, 0)]
+    return packed("relax_runtime.resize2d", [x] + [int_value(code) for code in codes], call.ty)
+
+
 class Block:
     """One dataflow block being rewritten: what each variable is bound to (as rewritten
     so far) and how often each is used in the whole function."""
@@ -239,6 +281,8 @@ class Block:
             return self.conv2d(value)
         if name == "relax.nn.conv2d_transpose":
             return self.conv2d_transpose(value)
+        if name == "relax.image.resize2d":
+            return resize2d(value)
         if name == "relax.nn.softmax":
             return self.softmax(value)
         if name == "relax.nn.layer_norm":
@@ -246,9 +290,10 @@ class Block:
         if name in ("relax.mean", "relax.sum"):
             return self.reduce_trailing(value, name == "relax.mean")
         if name == "relax.multiply":
-            silu = self.silu(value)
-            if silu is not None:
-                return silu
+            for activation in (self.silu, self.hard_swish):
+                folded = activation(value)
+                if folded is not None:
+                    return folded
         if name in ("relax.add", "relax.multiply", "relax.divide") or name in EPILOGUE:
             return self.fold(value, name)
         if name in ("relax.maximum", "relax.minimum", "relax.clip", "relax.call_tir"):
@@ -454,6 +499,49 @@ class Block:
             if packed_name(kernel) is not None:
                 return self.activated(kernel, SILU, call.ty)
         return None
+
+    def hard_swish(self, call):
+        """`x * (clip(x + 3, 0, 6) / 6)` of a kernel call's output `x` (how TVM imports
+        ONNX's HardSwish and PyTorch's; the clip also as `maximum` then `minimum`) folded
+        as its epilogue, when nothing else uses `x` or the steps between."""
+        for x, gate in (tuple(call.args), tuple(reversed(call.args))):
+            # Used by the gate's add and by this multiply only.
+            if not isinstance(x, relax.DataflowVar) or self.uses.get(x, 0) != 2 or not self.is_residual(x, call):
+                continue
+            kernel = self.value_of(x)
+            if packed_name(kernel) is not None and self.is_hard_gate(gate, x):
+                return self.activated(kernel, HARD_SWISH, call.ty)
+        return None
+
+    def is_hard_gate(self, gate, x):
+        """Whether `gate` is `clip(x + 3, 0, 6) / 6`, each step used once."""
+        divided = self.value_of(gate)
+        if op_name(divided) != "relax.divide" or not self.single_use(gate) or self.scalar(divided.args[1]) != 6.0:
+            return False
+        shifted_var = self.clamped_operand(divided.args[0], 0.0, 6.0)
+        shifted = self.value_of(shifted_var)
+        return (
+            op_name(shifted) == "relax.add"
+            and self.single_use(shifted_var)
+            and shifted.args[0].same_as(x)
+            and self.scalar(shifted.args[1]) == 3.0
+        )
+
+    def clamped_operand(self, expr, low, high):
+        """The operand that `expr` clamps to `[low, high]`, as `clip` or as `minimum` of a
+        `maximum` (each used once), or None."""
+        if not self.single_use(expr):
+            return None
+        value = self.value_of(expr)
+        if op_name(value) == "relax.clip":
+            bounds = (prim_float(value.args[1]), prim_float(value.args[2]))
+            return value.args[0] if bounds == (low, high) else None
+        if op_name(value) != "relax.minimum" or self.scalar(value.args[1]) != high:
+            return None
+        lower = self.value_of(value.args[0])
+        if op_name(lower) != "relax.maximum" or not self.single_use(value.args[0]) or self.scalar(lower.args[1]) != low:
+            return None
+        return lower.args[0]
 
     def clamp(self, call, name):
         """`max(kernel(...), 0)` folded as a ReLU, then `min(that, 6)` as a ReLU6 (so

@@ -221,6 +221,93 @@ class Silu(unittest.TestCase):
             self.assertEqual(calls, [("relax_runtime.conv2d", 0)])
 
 
+def hard_swish(y, clip=lambda y: relax.op.clip(y, 0, 6), three=3.0, six=6.0):
+    """`y * (clip(y + 3, 0, 6) / 6)`, as TVM imports ONNX's HardSwish and PyTorch's."""
+    gate = relax.op.divide(clip(relax.op.add(y, relax.const(three, "float32"))), relax.const(six, "float32"))
+    return relax.op.multiply(y, gate)
+
+
+def extrema(y):
+    """The clip of `hard_swish` as the blocked layout's rewrite writes it."""
+    return relax.op.minimum(relax.op.maximum(y, relax.const(0.0, "float32")), relax.const(6.0, "float32"))
+
+
+class HardSwish(unittest.TestCase):
+    def folded(self, activation):
+        rewritten, _ = offload.rewrite(conv_then(activation), None)
+        return kernel_calls(rewritten), len(rewritten["main"].body.blocks[0].bindings)
+
+    def test_the_imported_hard_swish_folds_into_the_convolution(self):
+        for name, activation in {
+            "clip": hard_swish,
+            "maximum then minimum": lambda y: hard_swish(y, clip=extrema),
+            "gate first": lambda y: relax.op.multiply(hard_swish(y).args[1], y),
+        }.items():
+            with self.subTest(name):
+                # The kernel call alone is left, bound to the output.
+                self.assertEqual(self.folded(activation), ([("relax_runtime.conv2d", offload.HARD_SWISH)], 1))
+
+    def test_other_gates_stay(self):
+        for name, activation in {
+            "shifted by 2": lambda y: hard_swish(y, three=2.0),
+            "divided by 5": lambda y: hard_swish(y, six=5.0),
+            "clipped to 5": lambda y: hard_swish(y, clip=lambda y: relax.op.clip(y, 0, 5)),
+            "the sum also an output": lambda y: relax.Tuple([hard_swish(y), relax.op.add(y, y)]),
+        }.items():
+            with self.subTest(name):
+                calls, _ = self.folded(activation)
+                self.assertEqual(calls, [("relax_runtime.conv2d", 0)])
+
+
+def resized(layout="NCHW", dtype="float32", **attributes):
+    """A function returning `image.resize2d` of an `[N, 32, H, W]` tensor (symbolic N, H
+    and W; in NHWC and blocked in NCHW16c) to twice its height and width."""
+    from tvm import tirx
+
+    n, h, w = (tirx.Var(name, "int64") for name in "nhw")
+    shape = {"NCHW": [n, 32, h, w], "NHWC": [n, h, w, 32], "NCHW16c": [n, 2, h, w, 16]}[layout]
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            output = builder.emit_output(relax.op.image.resize2d(x, (h * 2, w * 2), layout=layout, **attributes))
+        builder.emit_func_output(output)
+    return builder.get()
+
+
+class Resize(unittest.TestCase):
+    def codes(self, module):
+        """(method, coordinates, rounding) of the module's resize kernel call, or None."""
+        rewritten, _ = offload.rewrite(module, None)
+        for binding in rewritten["main"].body.blocks[0].bindings:
+            if offload.packed_name(binding.value) == "relax_runtime.resize2d":
+                return tuple(int(code.value) for code in binding.value.args[1].fields[1:])
+        return None
+
+    def test_nearest_and_bilinear_resizes_run_on_the_kernel(self):
+        for attributes, codes in [
+            (dict(method="nearest_neighbor", coordinate_transformation_mode="asymmetric", rounding_method="floor"), (0, 2, 1)),
+            # TVM's default rounding: floor, but round with aligned corners.
+            (dict(method="nearest_neighbor", coordinate_transformation_mode="half_pixel", rounding_method=""), (0, 0, 1)),
+            (dict(method="nearest_neighbor", coordinate_transformation_mode="align_corners", rounding_method=""), (0, 1, 0)),
+            (dict(method="nearest_neighbor", coordinate_transformation_mode="tf_half_pixel_for_nn", rounding_method="round_prefer_ceil"), (0, 4, 4)),
+            (dict(method="linear", coordinate_transformation_mode="pytorch_half_pixel"), (1, 3, 0)),
+        ]:
+            for layout in ("NCHW", "NCHW16c"):
+                with self.subTest(attributes=attributes, layout=layout):
+                    self.assertEqual(self.codes(resized(layout, **attributes)), codes)
+
+    def test_other_resizes_stay_with_tvm(self):
+        for name, module in {
+            "cubic": resized(method="cubic"),
+            "crop and resize": resized(method="linear", coordinate_transformation_mode="tf_crop_and_resize"),
+            "float16": resized(dtype="float16", method="linear"),
+            "NHWC": resized(layout="NHWC", method="linear"),
+        }.items():
+            with self.subTest(name):
+                self.assertIsNone(self.codes(module))
+
+
 class UnusedBindings(unittest.TestCase):
     def test_a_match_cast_giving_dims_their_values_stays(self):
         # As the importer writes a Squeeze of axes known at run time: the cast's variable

@@ -185,6 +185,7 @@ fn convolutions_match_naive_loops() {
             (true, true, true, Epilogue::Gelu),
             (true, true, false, Epilogue::Silu),
             (true, false, false, Epilogue::Relu6),
+            (true, true, true, Epilogue::HardSwish),
         ] {
             let mut expected = naive(&case, &x, &w, None);
             let pixels = oh * ow;
@@ -311,6 +312,7 @@ fn blocked_convolutions_match_naive_loops() {
                 (true, true, Epilogue::Relu),
                 (false, true, Epilogue::Relu6),
                 (true, false, Epilogue::Silu),
+                (true, true, Epilogue::HardSwish),
             ],
         );
     }
@@ -410,6 +412,10 @@ fn blocked_depthwise_convolutions_match_naive_loops() {
         depthwise(16, 1, 3, 1, 1, 1),  // a 1x2 plane: no interior column
         depthwise(16, 6, 1, 1, 0, 1),  // 1x1
         Conv2d {
+            width: 64, // bands of 4 rows (see `UNIT_WORK`): 4 + 4 + 3, runs 8 x 7 + 6
+            ..depthwise(16, 11, 3, 1, 1, 1)
+        },
+        Conv2d {
             padding: (0, 0, 1, 1), // TensorFlow's "SAME" (bottom and right only)
             ..depthwise(32, 10, 3, 2, 0, 1)
         },
@@ -432,6 +438,7 @@ fn blocked_depthwise_convolutions_match_naive_loops() {
                 (true, true, Epilogue::Relu),
                 (false, true, Epilogue::Relu6),
                 (true, false, Epilogue::Silu),
+                (true, true, Epilogue::HardSwish),
             ],
         );
     }
@@ -471,6 +478,7 @@ fn blocked_winograd_convolutions_match_naive_loops() {
                 (false, false, Epilogue::None),
                 (true, true, Epilogue::Relu),
                 (true, false, Epilogue::Silu),
+                (true, true, Epilogue::HardSwish),
             ],
         );
     }

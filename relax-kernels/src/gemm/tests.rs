@@ -57,6 +57,7 @@ fn dense_matches_naive_loops_for_every_layout_and_epilogue() {
                 (Epilogue::None, false, true),
                 (Epilogue::Relu6, true, false),
                 (Epilogue::Silu, true, true),
+                (Epilogue::HardSwish, true, false),
             ] {
                 let x = values(m * k, 1);
                 let w = values(n * k, 2);
