@@ -94,6 +94,19 @@ impl Geometry {
             .checked_sub(self.padding.1)
             .filter(|&column| column < self.width)
     }
+
+    /// The taps of output pixel `(oy, ox)` that fall inside the input, as (the tap's
+    /// first weight, its input pixel's first value) in a block's kernel and plane: what
+    /// a pixel at a row's end sums.
+    fn edge_taps(&self, oy: usize, ox: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.rows_inside(oy).flat_map(move |ky| {
+            let row = self.input_row(oy, ky) * self.width;
+            (0..self.kernel.1).filter_map(move |kx| {
+                let column = self.input_column(ox, kx)?;
+                Some(((ky * self.kernel.1 + kx) * BLOCK, (row + column) * BLOCK))
+            })
+        })
+    }
 }
 
 /// What one block of channels reads and applies.
@@ -266,10 +279,9 @@ fn edge_pixels(
     residual: Option<&[f32]>,
     out: &mut [f32],
 ) {
-    let rows = geometry.rows_inside(oy);
     let interior = &geometry.interior;
     for ox in (0..interior.start).chain(interior.end..geometry.output_width) {
-        let sums = edge_sums(geometry, oy, ox, rows.clone(), block);
+        let sums = edge_sums(geometry, oy, ox, block);
         store(&sums, block, residual, out, ox);
     }
 }
@@ -310,26 +322,13 @@ fn interior_sums<const P: usize>(
 
 /// The sums of output pixel `ox` (at a row's end) over the taps inside the input.
 #[inline(always)]
-fn edge_sums(
-    geometry: &Geometry,
-    oy: usize,
-    ox: usize,
-    rows: Range<usize>,
-    block: &Block<'_>,
-) -> Lanes {
+fn edge_sums(geometry: &Geometry, oy: usize, ox: usize, block: &Block<'_>) -> Lanes {
     let mut sums = [0f32; BLOCK];
-    for ky in rows {
-        let row = geometry.input_row(oy, ky) * geometry.width;
-        for kx in 0..geometry.kernel.1 {
-            let Some(column) = geometry.input_column(ox, kx) else {
-                continue;
-            };
-            let tap = ky * geometry.kernel.1 + kx;
-            let weights = &block.weights[tap * BLOCK..][..BLOCK];
-            let input = &block.input[(row + column) * BLOCK..][..BLOCK];
-            for lane in 0..BLOCK {
-                sums[lane] += input[lane] * weights[lane];
-            }
+    for (tap, at) in geometry.edge_taps(oy, ox) {
+        let weights = &block.weights[tap..][..BLOCK];
+        let input = &block.input[at..][..BLOCK];
+        for lane in 0..BLOCK {
+            sums[lane] += input[lane] * weights[lane];
         }
     }
     sums
@@ -440,20 +439,12 @@ mod avx512 {
     #[inline]
     fn edge(geometry: &Geometry, oy: usize, ox: usize, block: &Block<'_>) -> __m512 {
         let mut sum = _mm512_setzero_ps();
-        for ky in geometry.rows_inside(oy) {
-            let row = geometry.input_row(oy, ky) * geometry.width;
-            for kx in 0..geometry.kernel.1 {
-                let Some(column) = geometry.input_column(ox, kx) else {
-                    continue;
-                };
-                let tap = ky * geometry.kernel.1 + kx;
-                let weights = &block.weights[tap * BLOCK..][..BLOCK];
-                let input = &block.input[(row + column) * BLOCK..][..BLOCK];
-                // SAFETY: 16 values each, the slices just taken.
-                unsafe {
-                    let product = _mm512_loadu_ps(input.as_ptr());
-                    sum = _mm512_fmadd_ps(product, _mm512_loadu_ps(weights.as_ptr()), sum);
-                }
+        for (tap, at) in geometry.edge_taps(oy, ox) {
+            let (weights, input) = (&block.weights[tap..][..BLOCK], &block.input[at..][..BLOCK]);
+            // SAFETY: 16 values each, the slices just taken.
+            unsafe {
+                let product = _mm512_loadu_ps(input.as_ptr());
+                sum = _mm512_fmadd_ps(product, _mm512_loadu_ps(weights.as_ptr()), sum);
             }
         }
         sum
