@@ -2,13 +2,15 @@
 //! (ResNet-50, MiniLM, MobileNetV2, EfficientNet-B0), a detector head's transposed
 //! convolution, a layout transform and a recurrent layer, one core each, with the
 //! core's measured FMA peak: `cargo bench -p relax-kernels` (`-- --quick`: one timed
-//! run per layer, so that CI keeps the bench building and running; `-- FILTER`: only
-//! the rows whose family or layer contains FILTER).
+//! run per layer, so that CI keeps the bench building and running; `-- --cold`: the
+//! caches evicted before each timed run; `-- FILTER`: only the rows whose family or
+//! layer contains FILTER).
 //!
 //! GFLOP/s counts a layer's direct multiply-adds (2 per MAC) over its median time, so a
 //! Winograd form can pass 100% of the peak. Row kernels (softmax, layer norm) report
 //! memory throughput instead.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use relax_kernels::weights::{blocked_winograd, pack_panels, winograd, WinogradTile, PANEL};
@@ -37,12 +39,32 @@ enum Work {
     Bytes(f64),
 }
 
+/// Whether each timed run starts with the caches evicted (`--cold`): the layer's
+/// weights and inputs come from memory, as a model's layer finds its weights after the
+/// rest of the model ran.
+static COLD: AtomicBool = AtomicBool::new(false);
+
+/// Bytes written to evict the caches before a cold run.
+const EVICT_BYTES: usize = 64 << 20;
+
 /// The median time of `run` over at least 3 runs and `TIMED` (one run with `quick`).
 fn time(quick: bool, run: &mut dyn FnMut()) -> f64 {
     run();
     let mut times = Vec::new();
     let start = Instant::now();
+    // With `--cold`, a write over more than the level-2 caches before each timed run.
+    let mut evict = vec![
+        0u8;
+        if COLD.load(Ordering::Relaxed) {
+            EVICT_BYTES
+        } else {
+            0
+        }
+    ];
     while times.is_empty() || (!quick && (times.len() < 3 || start.elapsed() < TIMED)) {
+        for (index, byte) in evict.iter_mut().enumerate().step_by(64) {
+            *byte = byte.wrapping_add(index as u8);
+        }
         let begin = Instant::now();
         run();
         times.push(begin.elapsed().as_secs_f64());
@@ -572,12 +594,18 @@ fn convolutions() -> Vec<Conv> {
         conv("MobileNetV2", 32, 16, 112, 1, 1, 1),
         conv("MobileNetV2", 144, 32, 28, 1, 1, 1),
         conv("MobileNetV2", 960, 320, 7, 1, 1, 1),
+        conv("MobileNetV2", 960, 160, 7, 1, 1, 1),
+        conv("MobileNetV2", 160, 960, 7, 1, 1, 1),
     ]
 }
 
 fn main() {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
     let quick = arguments.iter().any(|argument| argument == "--quick");
+    COLD.store(
+        arguments.iter().any(|argument| argument == "--cold"),
+        Ordering::Relaxed,
+    );
     // `cargo bench` passes `--bench`; any other word filters the rows.
     let filter = arguments
         .iter()

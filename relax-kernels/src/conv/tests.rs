@@ -416,6 +416,20 @@ fn blocked_depthwise_convolutions_match_naive_loops() {
             ..depthwise(16, 11, 3, 1, 1, 1)
         },
         Conv2d {
+            height: 40, // rows narrow enough to copy padded: bands of 17 rows, 17 + 17 + 6
+            width: 14,
+            ..depthwise(16, 14, 3, 1, 1, 1)
+        },
+        Conv2d {
+            width: 30, // 5x5 over rows of 30 (4 edge pixels): copied, bands 3 x 6 + 2
+            ..depthwise(32, 20, 5, 1, 2, 1)
+        },
+        Conv2d {
+            height: 41, // stride 2 over narrow rows (in place): bands 8 + 8 + 5
+            width: 60,
+            ..depthwise(16, 20, 3, 2, 1, 1)
+        },
+        Conv2d {
             padding: (0, 0, 1, 1), // TensorFlow's "SAME" (bottom and right only)
             ..depthwise(32, 10, 3, 2, 0, 1)
         },

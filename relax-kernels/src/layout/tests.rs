@@ -5,23 +5,44 @@ use crate::parallel::three_threads;
 use crate::tensor::Argument;
 
 fn transform(x: &[f32], x_shape: &[i64], out_shape: &[i64]) -> Result<Vec<f32>, String> {
+    let portable = transform_with(x, x_shape, out_shape, false)?;
+    let best = transform_with(x, x_shape, out_shape, avx512_available())?;
+    assert_eq!(
+        portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        best.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        "the portable and AVX-512 transforms differ"
+    );
+    Ok(best)
+}
+
+fn transform_with(
+    x: &[f32],
+    x_shape: &[i64],
+    out_shape: &[i64],
+    avx512: bool,
+) -> Result<Vec<f32>, String> {
     let mut out = vec![f32::NAN; out_shape.iter().product::<i64>().max(0) as usize];
     let args = [
         Argument::input(x, x_shape)?,
         Argument::output(&mut out, out_shape)?,
     ];
-    layout_blocked(&Arguments::new(
-        "relax_runtime.layout_blocked",
-        &args,
-        three_threads,
-    ))?;
+    layout_blocked_with(
+        &Arguments::new("relax_runtime.layout_blocked", &args, three_threads),
+        avx512,
+    )?;
     Ok(out)
 }
 
 #[test]
 fn blocks_and_back_match_the_index_maps() {
-    // Two images of 32 channels over 5x7 (odd sizes), and one of 16 over 1x1.
-    for (batch, channels, height, width) in [(2usize, 32usize, 5usize, 7usize), (1, 16, 1, 1)] {
+    // Two images of 32 channels over 5x7 (odd sizes), one of 16 over 1x1, rows of whole
+    // and partial 16-pixel transposes (16, 37 = 2 x 16 + 5).
+    for (batch, channels, height, width) in [
+        (2usize, 32usize, 5usize, 7usize),
+        (1, 16, 1, 1),
+        (1, 16, 2, 16),
+        (2, 48, 3, 37),
+    ] {
         let count = batch * channels * height * width;
         let x: Vec<f32> = (0..count).map(|value| value as f32).collect();
         let nchw = [batch, channels, height, width].map(|dim| dim as i64);
