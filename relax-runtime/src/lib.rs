@@ -55,7 +55,9 @@
 //! call target ([`CallKind`]: a relax-kernels kernel, a function TVM compiled into the
 //! library, a VM builtin, a Relax function), and each model prints it to stderr when
 //! dropped. A row's time is its own, without the calls it made, so the rows add up to
-//! the time spent in the model's calls. Off, it costs nothing: no instrument is set.
+//! the time spent in the model's calls. With `RELAX_PROFILE=shapes` a row is a call
+//! target with the shapes of its tensor arguments ([`PROFILE_SHAPES`]): each layer of a
+//! CNN its own row. Off, it costs nothing: no instrument is set.
 //!
 //! With `RELAX_PERF_MAP=1`, each library embedded by `include_model!` appends its
 //! functions to `/tmp/perf-<pid>.map` when it loads, so that `perf report` names them
@@ -127,7 +129,7 @@ pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use locate::RUNTIME_DIR_VARIABLE;
-pub use profile::{CallKind, Profile, ProfileRow, PROFILE_VARIABLE};
+pub use profile::{CallKind, Profile, ProfileRow, PROFILE_SHAPES, PROFILE_VARIABLE};
 pub use relax_perf_map::PERF_MAP_VARIABLE;
 pub use session::Session;
 pub use tensor::Tensor;

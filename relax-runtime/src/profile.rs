@@ -26,10 +26,40 @@ use crate::sys;
 /// The variable that turns profiling on (`1`, `true` or `yes`), read once per process.
 pub const PROFILE_VARIABLE: &str = "RELAX_PROFILE";
 
+/// The value of [`PROFILE_VARIABLE`] that also splits each row by the shapes of the
+/// call's tensor arguments (which layer of a CNN a convolution kernel's time went to).
+pub const PROFILE_SHAPES: &str = "shapes";
+
+/// What `RELAX_PROFILE` asks for (read on the first model load).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Off,
+    /// A row per call target.
+    Calls,
+    /// A row per call target and shapes of its tensor arguments.
+    Shapes,
+}
+
+/// What `RELAX_PROFILE` asks for: `1`, `true` or `yes` a row per call target,
+/// `shapes` a row per call target and argument shapes.
+pub(crate) fn mode() -> Mode {
+    static MODE: OnceLock<Mode> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        let shapes = std::env::var(PROFILE_VARIABLE)
+            .is_ok_and(|value| value.trim().eq_ignore_ascii_case(PROFILE_SHAPES));
+        if shapes {
+            Mode::Shapes
+        } else if flag(PROFILE_VARIABLE) {
+            Mode::Calls
+        } else {
+            Mode::Off
+        }
+    })
+}
+
 /// Whether `RELAX_PROFILE` turns profiling on (read on the first model load).
 pub(crate) fn enabled() -> bool {
-    static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| flag(PROFILE_VARIABLE))
+    mode() != Mode::Off
 }
 
 /// Whether the variable `name` is `1`, `true` or `yes` (any case).
@@ -170,6 +200,8 @@ impl std::fmt::Display for Profile {
 /// A model's profile while it runs, shared by its VMs' instruments.
 pub(crate) struct Profiler {
     model: String,
+    /// Whether rows are split by argument shapes ([`Mode::Shapes`]).
+    shapes: bool,
     state: Mutex<State>,
 }
 
@@ -225,9 +257,10 @@ fn pop(depth: usize) -> Option<(Duration, Duration)> {
 }
 
 impl Profiler {
-    pub(crate) fn new(model: &str) -> Profiler {
+    pub(crate) fn new(model: &str, mode: Mode) -> Profiler {
         Profiler {
             model: model.to_string(),
+            shapes: mode == Mode::Shapes,
             state: Mutex::new(State::default()),
         }
     }
@@ -355,8 +388,14 @@ unsafe extern "C" fn instrument(
                 // SAFETY: the VM passes the callee's name (a string value) second.
                 let name = unsafe { object::string_value(symbol) }
                     .unwrap_or_else(|| format!("<{}>", object::type_name(symbol.type_index)));
+                let row = if profiler.shapes {
+                    // The call's own arguments follow the result.
+                    format!("{name} {}", shapes_label(&args[4.min(args.len())..]))
+                } else {
+                    name.clone()
+                };
                 let mut state = profiler.state();
-                record(&mut state, &name, || classify(callee, &name), own);
+                record(&mut state, &row, || classify(callee, &name), own);
             }
         }
     }
@@ -365,6 +404,30 @@ unsafe extern "C" fn instrument(
         unsafe { *result = object::argument::int(0) };
     }
     0
+}
+
+/// The shapes of the tensors among `args`, in order (`[1, 6, 56, 56, 16] [96, 1, 3, 3]
+/// ...`; a destination-passing kernel's output last); `-` for none.
+fn shapes_label(args: &[sys::TVMFFIAny]) -> String {
+    let shapes: Vec<String> = args
+        .iter()
+        .filter_map(crate::kernels::dl_tensor)
+        .map(|tensor| {
+            // SAFETY: the VM passes tensors valid for the call; a DLTensor's shape has
+            // `ndim` entries (none read when the rank is not positive).
+            let shape = unsafe {
+                let tensor = &*tensor;
+                let rank = usize::try_from(tensor.ndim).unwrap_or(0);
+                crate::tensor::slice_or_empty(tensor.shape.cast_const(), rank)
+            };
+            format!("{shape:?}")
+        })
+        .collect();
+    if shapes.is_empty() {
+        "-".to_string()
+    } else {
+        shapes.join(" ")
+    }
 }
 
 /// What the VM calls by `name` is, from the callee passed to the instrument.
@@ -390,7 +453,7 @@ mod tests {
 
     #[test]
     fn a_row_is_charged_its_own_time_without_the_calls_it_made() {
-        let profiler = Profiler::new("m");
+        let profiler = Profiler::new("m", Mode::Calls);
         profiler.time_call("main", || {
             let depth = push();
             std::thread::sleep(Duration::from_millis(20));
@@ -412,8 +475,37 @@ mod tests {
     }
 
     #[test]
+    fn a_shapes_row_names_its_tensor_arguments_shapes_in_order() {
+        let tensor = |shape: &mut [i64]| sys::DLTensor {
+            data: std::ptr::null_mut(),
+            device: crate::Device::cpu().to_dlpack(),
+            ndim: shape.len() as i32,
+            dtype: crate::DType::F32.to_dlpack(),
+            shape: shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        let (mut x, mut w, mut scalar) = ([1i64, 6, 56, 56, 16], [96i64, 1, 3, 3], []);
+        let tensors = [tensor(&mut x), tensor(&mut w), tensor(&mut scalar)];
+        let pointer = |tensor: &sys::DLTensor| {
+            let mut any = object::argument::none();
+            any.type_index = sys::TVMFFITypeIndex_kTVMFFIDLTensorPtr;
+            any.__bindgen_anon_2.v_ptr = std::ptr::from_ref(tensor).cast_mut().cast();
+            any
+        };
+        let args = [
+            pointer(&tensors[0]),
+            object::argument::int(2),
+            pointer(&tensors[1]),
+            pointer(&tensors[2]),
+        ];
+        assert_eq!(shapes_label(&args), "[1, 6, 56, 56, 16] [96, 1, 3, 3] []");
+        assert_eq!(shapes_label(&[object::argument::int(2)]), "-");
+    }
+
+    #[test]
     fn a_call_that_failed_midway_leaves_no_frame_behind() {
-        let profiler = Profiler::new("m");
+        let profiler = Profiler::new("m", Mode::Calls);
         profiler.time_call("main", || {
             push();
             push();

@@ -106,7 +106,8 @@ impl Session {
             signature,
             weights,
             device,
-            profiler: profile::enabled().then(|| Arc::new(profile::Profiler::new(&signature_name))),
+            profiler: profile::enabled()
+                .then(|| Arc::new(profile::Profiler::new(&signature_name, profile::mode()))),
         });
         // One VM now, so that a model that cannot run fails at load time.
         let first = Instance::create(&model)?;

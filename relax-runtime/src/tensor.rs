@@ -328,7 +328,7 @@ impl std::fmt::Debug for Tensor {
 /// # Safety
 /// When `length` is not zero and `data` is not null, `data` must point to `length`
 /// readable, initialized values that outlive `'a`.
-unsafe fn slice_or_empty<'a, T>(data: *const T, length: usize) -> &'a [T] {
+pub(crate) unsafe fn slice_or_empty<'a, T>(data: *const T, length: usize) -> &'a [T] {
     if length == 0 || data.is_null() {
         &[]
     } else {
