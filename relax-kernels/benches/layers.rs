@@ -187,6 +187,8 @@ impl Conv {
         row(
             if self.groups > 1 {
                 "depthwise (NCHW)"
+            } else if c <= 4 {
+                "direct sums (NCHW)"
             } else {
                 "im2col + gemm (NCHW)"
             },
@@ -596,6 +598,9 @@ fn convolutions() -> Vec<Conv> {
         conv("MobileNetV2", 960, 320, 7, 1, 1, 1),
         conv("MobileNetV2", 960, 160, 7, 1, 1, 1),
         conv("MobileNetV2", 160, 960, 7, 1, 1, 1),
+        // A DBNet detector's FPN output layers (over 120x160 there; square here).
+        conv("DBNet", 96, 24, 120, 3, 1, 1),
+        conv("DBNet", 96, 32, 120, 3, 1, 1),
     ]
 }
 

@@ -27,6 +27,7 @@ use super::epilogue::Epilogue;
 use super::panels::PANEL;
 use super::parallel::{chunk, for_each_unit, Launch, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
+use super::simd::Isa;
 
 /// Channels per block: one AVX-512 vector of float32.
 pub(crate) const BLOCK: usize = 16;
@@ -138,23 +139,23 @@ pub(super) struct ImageTiles<'a> {
     pub(super) per_filter: Option<PerFilter<'a>>,
     pub(super) epilogue: Epilogue,
     pub(super) output: (usize, usize),
-    pub(super) avx512: bool,
+    pub(super) isa: Isa,
 }
 
 /// `out = epilogue(conv2d(x, w) * scale + shift + residual)` with `out` (and `residual`)
-/// blocked, `x` blocked (`input_blocked`) or NCHW, `w` in filter panels; with AVX-512
-/// tiles when `avx512` (pass `avx512_available()`), else portable ones.
+/// blocked, `x` blocked (`input_blocked`) or NCHW, `w` in filter panels; with the tiles
+/// of `isa`.
 ///
 /// # Safety
 /// `x` holds `shape.batch` images of `shape.channels` channels (blocked: `[C / 16, H, W,
 /// 16]` each, so `C` is a multiple of 16), `w` the panels of `shape.filters` filters
 /// (a multiple of 16), `out` and `residual` `[N, F / 16, OH, OW, 16]`, `per_filter` a value
 /// per filter; all valid for the call, and `out` overlaps none of the others. One group.
-/// `avx512` only where the CPU has AVX-512F.
+/// `isa` one of [`Isa::available`].
 pub(crate) unsafe fn blocked_conv(
     shape: &Conv2d,
     input_blocked: bool,
-    avx512: bool,
+    isa: Isa,
     operands: Operands<'_>,
     launch: Launch,
 ) -> Result<(), String> {
@@ -252,7 +253,7 @@ pub(crate) unsafe fn blocked_conv(
                 per_filter,
                 epilogue,
                 output: (output_height, output_width),
-                avx512,
+                isa,
             };
             for_each_unit(launch, work < INLINE_WORK, units, &|unit| {
                 let (panel, index) = (unit / segments, unit % segments);
@@ -428,11 +429,12 @@ impl ImageTiles<'_> {
                 // SAFETY: the tile's output lies in this task's segment; its operands in
                 // the checked tensors (the function's contract).
                 unsafe {
-                    if self.avx512 {
+                    match self.isa {
                         #[cfg(target_arch = "x86_64")]
-                        avx512::tile(&tile, finish.as_ref());
-                    } else {
-                        portable_tile(&tile, finish.as_ref());
+                        Isa::Avx512 => avx512::tile(&tile, finish.as_ref()),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx2 => avx2::tile(&tile, finish.as_ref()),
+                        _ => portable_tile(&tile, finish.as_ref()),
                     }
                 }
                 if last && self.epilogue.after_registers() {
@@ -573,6 +575,133 @@ super::simd::multiversion! {
     /// `sums += weights * value`.
     fn accumulate_row(sums: &mut [f32], weights: &[f32], value: f32) {
         sums.iter_mut().zip(weights).for_each(|(sum, weight)| *sum += weight * value);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{Finish, Tile, BLOCK, PANEL};
+
+    /// Output pixels summed together for one block of 16 filters (two vectors of 8): 12
+    /// accumulators, the block's two weight vectors and a broadcast input fill 15 of the
+    /// 16 registers.
+    const PIXELS: usize = 6;
+
+    /// Computes `tile` (with `finish` on its last pass) and stores it: each of its blocks
+    /// of filters in runs of up to 6 pixels.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; as `blocked_conv`, for this tile.
+    pub(super) unsafe fn tile(tile: &Tile<'_>, finish: Option<&Finish<'_>>) {
+        for vector in 0..tile.vectors {
+            for first in (0..tile.pixels).step_by(PIXELS) {
+                let run = (first, vector);
+                // SAFETY: the caller's contract; the run's pixels are the tile's.
+                unsafe {
+                    match PIXELS.min(tile.pixels - first) {
+                        1 => sums::<1>(tile, run, finish),
+                        2 => sums::<2>(tile, run, finish),
+                        3 => sums::<3>(tile, run, finish),
+                        4 => sums::<4>(tile, run, finish),
+                        5 => sums::<5>(tile, run, finish),
+                        _ => sums::<6>(tile, run, finish),
+                    }
+                }
+            }
+        }
+    }
+
+    /// `P` pixels from the tile's pixel `first` x the 16 filters of its block `vector`:
+    /// the sums from where the tile's earlier passes left them (or zero), then `finish`
+    /// and the stores, in one function so that the accumulators stay in registers.
+    ///
+    /// # Safety
+    /// As `tile`; `first + P <= tile.pixels`, `vector < tile.vectors`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline(never)]
+    unsafe fn sums<const P: usize>(
+        tile: &Tile<'_>,
+        (first, vector): (usize, usize),
+        finish: Option<&Finish<'_>>,
+    ) {
+        // SAFETY: the function's contract: every input, weight and output addressed lies
+        // in its checked tensor or the padded buffer.
+        unsafe {
+            let out = tile.out.at(vector * tile.block_out_stride + first * BLOCK);
+            let mut sums: [[__m256; 2]; P] = if tile.resume {
+                std::array::from_fn(|pixel| {
+                    let at = out.add(pixel * BLOCK);
+                    [_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(8))]
+                })
+            } else {
+                [[_mm256_setzero_ps(); 2]; P]
+            };
+            for block in 0..tile.blocks {
+                let channels = (tile.channels - block * BLOCK).min(BLOCK);
+                let x = tile.x.add(block * tile.block_stride);
+                let w = tile
+                    .w
+                    .add(block * BLOCK * tile.channel_stride + vector * BLOCK);
+                for (t, &tap) in tile.taps.iter().enumerate() {
+                    let inputs: [*const f32; P] =
+                        std::array::from_fn(|pixel| x.add(tile.inputs[first + pixel] + tap));
+                    let weights = w.add(t * PANEL);
+                    let mut step = |channel: usize| {
+                        let row = weights.add(channel * tile.channel_stride);
+                        let (low, high) = (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)));
+                        for (sums, input) in sums.iter_mut().zip(&inputs) {
+                            let a = _mm256_broadcast_ss(&*input.add(channel));
+                            sums[0] = _mm256_fmadd_ps(a, low, sums[0]);
+                            sums[1] = _mm256_fmadd_ps(a, high, sums[1]);
+                        }
+                    };
+                    if channels == BLOCK {
+                        for channel in 0..BLOCK {
+                            step(channel);
+                        }
+                    } else {
+                        for channel in 0..channels {
+                            step(channel);
+                        }
+                    }
+                }
+            }
+            for half in 0..2 {
+                let lanes = vector * BLOCK + half * 8;
+                let per_filter = |values: Option<&[f32]>| {
+                    values.map(|values| _mm256_loadu_ps(values.as_ptr().add(lanes)))
+                };
+                let (scale, shift) = match finish {
+                    Some(finish) => (per_filter(finish.scale), per_filter(finish.shift)),
+                    None => (None, None),
+                };
+                for (pixel, sums) in sums.iter().enumerate() {
+                    let offset = pixel * BLOCK + half * 8;
+                    let mut value = sums[half];
+                    if let Some(finish) = finish {
+                        if let Some(scale) = scale {
+                            value = _mm256_mul_ps(value, scale);
+                        }
+                        if let Some(shift) = shift {
+                            value = _mm256_add_ps(value, shift);
+                        }
+                        if let Some(residual) = finish.residual {
+                            let at = vector * tile.block_out_stride + first * BLOCK + offset;
+                            value = _mm256_add_ps(value, _mm256_loadu_ps(residual.at(at)));
+                        }
+                        if let Some((low, high)) = finish.clamp {
+                            value = _mm256_min_ps(
+                                _mm256_max_ps(value, _mm256_set1_ps(low)),
+                                _mm256_set1_ps(high),
+                            );
+                        }
+                    }
+                    _mm256_storeu_ps(out.add(offset), value);
+                }
+            }
+        }
     }
 }
 

@@ -28,7 +28,7 @@ use super::conv_operands::{Conv2d, Operands};
 use super::edges::inside_columns;
 use super::parallel::{for_each_unit, Launch, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
-use super::simd::multiversion;
+use super::simd::{multiversion, Isa};
 
 /// Output pixels summed together in registers: 8 accumulators of 16 lanes beside a
 /// weight vector and the inputs (AVX-512 has 32 vector registers).
@@ -123,18 +123,18 @@ struct Block<'a> {
 }
 
 /// `out = epilogue(depthwise_conv2d(x, w) * scale + shift + residual)` with `x`, `out`
-/// and `residual` channel-blocked and `w` OIHW (`[C, 1, KH, KW]`); the interior pixels
-/// with AVX-512 instructions when `avx512` (pass `avx512_available()`).
+/// and `residual` channel-blocked and `w` OIHW (`[C, 1, KH, KW]`); the rows summed with
+/// the instructions of `isa`.
 ///
 /// # Safety
 /// `x` holds `shape.batch` blocked images of `shape.channels` channels (a multiple of
 /// 16), `w` `[C, 1, KH, KW]`, `out` and `residual` `[N, C / 16, OH, OW, 16]`,
 /// `per_filter` a value per channel; all valid for the call, and `out` overlaps none of
-/// the others. `shape.groups == shape.channels == shape.filters`. `avx512` only where the
-/// CPU has AVX-512F.
+/// the others. `shape.groups == shape.channels == shape.filters`. `isa` one of
+/// [`Isa::available`].
 pub(crate) unsafe fn blocked_depthwise(
     shape: &Conv2d,
-    avx512: bool,
+    isa: Isa,
     operands: Operands<'_>,
     launch: Launch,
 ) -> Result<(), String> {
@@ -149,8 +149,6 @@ pub(crate) unsafe fn blocked_depthwise(
     let (output_height, output_width) = shape
         .output()
         .ok_or("the kernel does not fit the padded input")?;
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = avx512; // No AVX-512 elsewhere.
     let geometry = Geometry::of(shape, output_width);
     let channels = shape.channels;
     let blocks = channels / BLOCK;
@@ -213,16 +211,15 @@ pub(crate) unsafe fn blocked_depthwise(
                 let oy = rows.start + index - first_oy;
                 let residual =
                     residual.map(|residual| &residual[index * output_row..][..output_row]);
-                #[cfg(target_arch = "x86_64")]
-                if avx512 {
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
                     // SAFETY: the caller's contract: the CPU has AVX-512F.
-                    unsafe { avx512::row(geometry, oy, &block, residual, row) };
-                    if epilogue.after_registers() {
-                        epilogue.apply(row);
-                    }
-                    continue;
+                    Isa::Avx512 => unsafe { avx512::row(geometry, oy, &block, residual, row) },
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: the caller's contract: the CPU has AVX2 and FMA.
+                    Isa::Avx2 => unsafe { avx2::row(geometry, oy, &block, residual, row) },
+                    _ => block_row(geometry, oy, &block, residual, row),
                 }
-                block_row(geometry, oy, &block, residual, row);
                 if epilogue.after_registers() {
                     epilogue.apply(row);
                 }
@@ -455,6 +452,135 @@ fn store(sums: &Lanes, block: &Block<'_>, residual: Option<&[f32]>, out: &mut [f
         // `f32::max` then `min`, as the other kernels clamp: a NaN becomes `low`.
         for value in out.iter_mut() {
             *value = value.max(low).min(high);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{edge_sums, store, Block, Geometry, BLOCK};
+
+    /// Output pixels summed together: 4 x 2 vector accumulators beside a tap's 2 weight
+    /// vectors (AVX2 has 16 registers).
+    const PIXELS: usize = 4;
+
+    /// A pixel's 16 values as two vectors of 8.
+    type Pair = [__m256; 2];
+
+    /// Output row `oy` of one block of channels into `out` (`[OW, 16]`), finished as
+    /// [`super::store`] does (but a GELU or SiLU): the interior in runs of 4 pixels and a
+    /// last run of the 1-3 left, then each pixel at the row's ends (the portable sums).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn row(
+        geometry: &Geometry,
+        oy: usize,
+        block: &Block<'_>,
+        residual: Option<&[f32]>,
+        out: &mut [f32],
+    ) {
+        let interior = geometry.interior.clone();
+        let mut ox = interior.start;
+        while ox + PIXELS <= interior.end {
+            let sums = run::<PIXELS>(geometry, oy, ox, block);
+            finish(&sums, ox, block, residual, out);
+            ox += PIXELS;
+        }
+        match interior.end - ox {
+            1 => finish(&run::<1>(geometry, oy, ox, block), ox, block, residual, out),
+            2 => finish(&run::<2>(geometry, oy, ox, block), ox, block, residual, out),
+            3 => finish(&run::<3>(geometry, oy, ox, block), ox, block, residual, out),
+            _ => {}
+        }
+        for ox in (0..interior.start).chain(interior.end..geometry.output_width) {
+            store(
+                &edge_sums(geometry, oy, ox, block),
+                block,
+                residual,
+                out,
+                ox,
+            );
+        }
+    }
+
+    /// The sums of the `P` interior pixels from column `ox` of output row `oy`: each tap's
+    /// weight vectors loaded once for the `P`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn run<const P: usize>(
+        geometry: &Geometry,
+        oy: usize,
+        ox: usize,
+        block: &Block<'_>,
+    ) -> [Pair; P] {
+        let mut sums = [[_mm256_setzero_ps(); 2]; P];
+        let step = geometry.stride.1 * BLOCK;
+        for ky in geometry.rows_inside(oy) {
+            let row = geometry.input_row(oy, ky) * geometry.width;
+            for kx in 0..geometry.kernel.1 {
+                let tap = ky * geometry.kernel.1 + kx;
+                let first = ox * geometry.stride.1 + kx * geometry.dilation.1 - geometry.padding.1;
+                let weights = &block.weights[tap * BLOCK..][..BLOCK];
+                // The run's inputs for this tap: interior pixels read inside the row.
+                let inputs = &block.input[(row + first) * BLOCK..][..(P - 1) * step + BLOCK];
+                // SAFETY: 16 values each, inside the slices just taken.
+                unsafe {
+                    let low = _mm256_loadu_ps(weights.as_ptr());
+                    let high = _mm256_loadu_ps(weights.as_ptr().add(8));
+                    for (pixel, sums) in sums.iter_mut().enumerate() {
+                        let values = inputs.as_ptr().add(pixel * step);
+                        sums[0] = _mm256_fmadd_ps(_mm256_loadu_ps(values), low, sums[0]);
+                        sums[1] = _mm256_fmadd_ps(_mm256_loadu_ps(values.add(8)), high, sums[1]);
+                    }
+                }
+            }
+        }
+        sums
+    }
+
+    /// `sums * scale + shift + residual`, clamped, stored as output pixels `ox..` of
+    /// `out`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn finish<const P: usize>(
+        sums: &[Pair; P],
+        ox: usize,
+        block: &Block<'_>,
+        residual: Option<&[f32]>,
+        out: &mut [f32],
+    ) {
+        for half in 0..2 {
+            // SAFETY: 8 values each, inside the block's 16.
+            let (scale, shift) = unsafe {
+                (
+                    _mm256_loadu_ps(block.scale.as_ptr().add(half * 8)),
+                    _mm256_loadu_ps(block.shift.as_ptr().add(half * 8)),
+                )
+            };
+            for (pixel, sums) in sums.iter().enumerate() {
+                let at = (ox + pixel) * BLOCK + half * 8;
+                let mut value = _mm256_fmadd_ps(sums[half], scale, shift);
+                if let Some(residual) = residual {
+                    let residual = &residual[at..][..8];
+                    // SAFETY: 8 values of this pixel, read only.
+                    value = _mm256_add_ps(value, unsafe { _mm256_loadu_ps(residual.as_ptr()) });
+                }
+                if let Some((low, high)) = block.clamp {
+                    // max then min with the value first, as `f32::max` and `min`: a NaN
+                    // becomes `low`.
+                    value = _mm256_min_ps(
+                        _mm256_max_ps(value, _mm256_set1_ps(low)),
+                        _mm256_set1_ps(high),
+                    );
+                }
+                let out = &mut out[at..][..8];
+                // SAFETY: 8 values of this pixel.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr(), value) };
+            }
         }
     }
 }

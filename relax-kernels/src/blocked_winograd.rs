@@ -28,6 +28,7 @@ use super::epilogue::{add, Epilogue};
 use super::panels::PANEL;
 use super::parallel::{for_each_unit, Launch, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
+use super::simd::Isa;
 use super::winograd::{input_transform4, output_transform4, Tile};
 
 /// The most values of a transformed tile: F(4x4, 3x3)'s 6x6.
@@ -93,17 +94,17 @@ impl Plan {
 /// `out = epilogue(conv2d(x, w) * scale + shift + residual)` with `x`, `out` (and
 /// `residual`) blocked, `w` the Winograd transform of the 3x3 kernel for `tile` as
 /// [`transform_weights`] lays it out; with
-/// AVX-512 tiles when `avx512` (pass `avx512_available()`), else portable ones.
+/// the tiles of `isa`.
 ///
 /// # Safety
 /// `computes(shape)`; `x` holds `shape.batch` images `[C / 16, H, W, 16]`, `w`
 /// `tile.values() * ceil(F / 64) * C * 64` values, `out` and `residual` `[N, F / 16, OH,
 /// OW, 16]`, `per_filter` a value per filter; all valid for the call, and `out` overlaps
-/// none of the others. `avx512` only where the CPU has AVX-512F.
+/// none of the others. `isa` one of [`Isa::available`].
 pub(crate) unsafe fn blocked_winograd(
     shape: &Conv2d,
     tile: Tile,
-    avx512: bool,
+    isa: Isa,
     operands: Operands<'_>,
     launch: Launch,
 ) -> Result<(), String> {
@@ -187,7 +188,7 @@ pub(crate) unsafe fn blocked_winograd(
                 per_filter: None,
                 epilogue: Epilogue::None,
                 output: (1, tiles),
-                avx512,
+                isa,
             })
             .collect();
         for image in 0..shape.batch {

@@ -10,19 +10,20 @@ use super::blocked::{blocked_conv, BLOCK};
 use super::blocked_depthwise::blocked_depthwise;
 use super::blocked_winograd;
 use super::caches::level2_bytes;
-use super::conv_operands::{Conv2d, Operands, PerFilter};
+use super::conv_operands::{finish_of, Conv2d, Operands, PerFilter};
 use super::depthwise::{depthwise_plane, Plane};
+use super::direct::{self, direct_conv};
 use super::edges::{copy_short, fill_zero, inside_columns};
-use super::epilogue::{Epilogue, Finish};
+use super::epilogue::Epilogue;
 use super::filter_panels::{self, multiply_panel, PIXELS_PER_TILE};
 use super::gemm::{gemm_block, Rhs};
 use super::panels::PANEL;
 use super::parallel::{chunk, Launch, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
-use super::simd::avx512_available;
+use super::simd::{avx512_available, Isa};
 use super::strips::{multiply_strips, InRegisters, Product, Then};
 use super::tensor::Arguments;
-use super::winograd::{winograd_into, Plan, Tile};
+use super::winograd::{transform_weights_into, winograd_into, Plan, Tile};
 
 /// Tasks split the output pixels when each gets at least this many, else the filters
 /// (splits in whole [`PIXEL_TILE`]s stay balanced only over several tiles).
@@ -62,6 +63,8 @@ thread_local! {
     static UNFOLDED: RefCell<Vec<f32>> = RefCell::default();
     /// The phase planes of the convolutions called on this thread (see [`Phases`]).
     static PHASES: RefCell<Vec<f32>> = RefCell::default();
+    /// The per-call Winograd transforms of kernels (see [`winograd_per_call`]).
+    static WINOGRAD_KERNEL: RefCell<Vec<f32>> = RefCell::default();
 }
 
 /// Unfolds the patches of output pixels `pixels` of one image's group into `column`
@@ -332,7 +335,7 @@ fn copy_every_other(destination: &mut [f32], source: &[f32]) {
 /// [`depthwise_conv`] (one input channel per group), by [`winograd_conv`] (the kernel
 /// in that variant's Winograd form), by [`filter_panels_conv`] (the kernel packed in
 /// filter panels), by [`blocked_conv`] (a channel-blocked output, from a blocked or
-/// an NCHW input, the kernel in filter panels; with AVX-512 tiles when `avx512`), by
+/// an NCHW input, the kernel in filter panels; with the tiles of an [`Isa`]), by
 /// [`blocked_winograd::blocked_winograd`] (blocked input and output, the kernel in that
 /// module's Winograd form; its products on the same tiles), or by [`blocked_depthwise`]
 /// (blocked input and output, one channel per group, the kernel OIHW).
@@ -342,9 +345,10 @@ enum Algorithm {
     Depthwise,
     Winograd(Tile),
     FilterPanels,
-    Blocked { input_blocked: bool, avx512: bool },
-    BlockedWinograd { tile: Tile, avx512: bool },
-    BlockedDepthwise { avx512: bool },
+    Blocked { input_blocked: bool, isa: Isa },
+    BlockedWinograd { tile: Tile, isa: Isa },
+    BlockedDepthwise(Isa),
+    Direct(Isa),
 }
 
 impl Algorithm {
@@ -365,16 +369,14 @@ impl Algorithm {
                 Algorithm::Depthwise => depthwise_conv(shape, operands, launch),
                 Algorithm::Winograd(tile) => winograd_conv(tile, shape, operands, launch),
                 Algorithm::FilterPanels => filter_panels_conv(shape, operands, launch),
-                Algorithm::Blocked {
-                    input_blocked,
-                    avx512,
-                } => blocked_conv(shape, input_blocked, avx512, operands, launch),
-                Algorithm::BlockedWinograd { tile, avx512 } => {
-                    blocked_winograd::blocked_winograd(shape, tile, avx512, operands, launch)
+                Algorithm::Blocked { input_blocked, isa } => {
+                    blocked_conv(shape, input_blocked, isa, operands, launch)
                 }
-                Algorithm::BlockedDepthwise { avx512 } => {
-                    blocked_depthwise(shape, avx512, operands, launch)
+                Algorithm::BlockedWinograd { tile, isa } => {
+                    blocked_winograd::blocked_winograd(shape, tile, isa, operands, launch)
                 }
+                Algorithm::BlockedDepthwise(isa) => blocked_depthwise(shape, isa, operands, launch),
+                Algorithm::Direct(sums) => direct_conv(shape, sums, operands, launch),
             }
         }
     }
@@ -747,7 +749,7 @@ pub(crate) unsafe fn filter_panels_conv(
     let residual = residual.map(|residual| Shared(residual.cast_mut()));
     let (x, w) = (Shared(x.cast_mut()), Shared(w.cast_mut()));
     let panels = shape.filters.div_ceil(PANEL);
-    let avx512 = avx512_available();
+    let isa = Isa::best();
     let inline = shape.filters * pixels * depth < INLINE_WORK;
     // The unfolded input lives on this thread; the tasks (which do not use `UNFOLDED`)
     // write and read it through a pointer.
@@ -815,11 +817,11 @@ pub(crate) unsafe fn filter_panels_conv(
                     let panel = unit / parts;
                     let columns = chunk(pixels, parts, unit % parts, PIXELS_PER_TILE);
                     let filters = panel * PANEL..(panel * PANEL + PANEL).min(shape.filters);
-                    // SAFETY: AVX-512F is there when `avx512`; the panel, the image's
+                    // SAFETY: `isa` is available; the panel, the image's
                     // `depth` rows and its output block (the panel's filters by
                     // `columns`, this task's alone) are inside the checked tensors.
                     unsafe {
-                        multiply_panel(&operands, panel, filters.len(), columns.clone(), avx512)
+                        multiply_panel(&operands, panel, filters.len(), columns.clone(), isa)
                     };
                     // SAFETY: the block (the panel's filters, `columns`) is this task's alone.
                     unsafe { planes.finish(filters, columns) };
@@ -871,24 +873,6 @@ impl OutputPlanes<'_> {
             )
             .apply(values);
         }
-    }
-}
-
-/// The per-filter step, the residual (`residual`: the run's) and the activation of one
-/// run of filter `filter`'s output.
-fn finish_of<'a>(
-    per_filter: Option<PerFilter<'_>>,
-    filter: usize,
-    residual: Option<&'a [f32]>,
-    epilogue: Epilogue,
-) -> Finish<'a> {
-    Finish {
-        scale: per_filter
-            .and_then(|per_filter| per_filter.scale)
-            .map_or(1.0, |scale| scale[filter]),
-        shift: per_filter.map_or(0.0, |per_filter| per_filter.shift[filter]),
-        residual,
-        epilogue,
     }
 }
 
@@ -974,7 +958,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         }
         Algorithm::BlockedWinograd {
             tile,
-            avx512: avx512_available(),
+            isa: Isa::best(),
         }
     } else if blocked_depthwise {
         if !input_blocked {
@@ -983,13 +967,11 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
                 x.shape
             ));
         }
-        Algorithm::BlockedDepthwise {
-            avx512: avx512_available(),
-        }
+        Algorithm::BlockedDepthwise(Isa::best())
     } else if blocked {
         Algorithm::Blocked {
             input_blocked,
-            avx512: avx512_available(),
+            isa: Isa::best(),
         }
     } else if packed {
         Algorithm::FilterPanels
@@ -1116,26 +1098,78 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         residual.check_disjoint(&out)?;
     }
     let residual = residual.map(|residual| residual.data.cast_const());
+    // A network's stem (an image's few channels onto wide rows): summed directly, nothing
+    // unfolded.
+    let algorithm = match (algorithm, shape.output()) {
+        (Algorithm::Unfolded, Some((_, width))) => direct::computes(&shape, width)
+            .map(Algorithm::Direct)
+            .unwrap_or(algorithm),
+        _ => algorithm,
+    };
+    let operands = Operands {
+        x: x.data,
+        w: w.data,
+        per_filter,
+        residual,
+        epilogue,
+        out: Shared(out.data),
+    };
+    if algorithm == Algorithm::Unfolded && winograd_per_call(&shape) {
+        let (filters, channels) = (shape.filters, shape.channels);
+        return reuse(&WINOGRAD_KERNEL, |buffer| {
+            let u = prefix(buffer, Tile::Four.values() * filters * channels);
+            // SAFETY: an OIHW `w` of one group, 3x3 (checked above and by
+            // `winograd_per_call`): `F * C * 9` values, read only.
+            let kernel = unsafe { std::slice::from_raw_parts(w.data, filters * channels * 9) };
+            transform_weights_into(kernel, filters, channels, Tile::Four, u);
+            // SAFETY: the shapes were checked above, `winograd_per_call` that Winograd
+            // computes it, and `u` is its kernel's transform, `[36, C, F]`.
+            unsafe {
+                Algorithm::Winograd(Tile::Four).convolve(
+                    &shape,
+                    Operands {
+                        w: u.as_ptr(),
+                        ..operands
+                    },
+                    args.launch,
+                )
+            }
+        });
+    }
     // SAFETY: every shape was checked against the others above (for Winograd: a 3x3
     // kernel, stride 1, no dilation, one group; for filter panels: one group, the panels
     // of the output's filters; blocked: whole blocks of channels in `x` and `out`; blocked
     // Winograd: also a blocked `x`, what `blocked_winograd::computes`, and the form's
     // `[16 or 36, ceil(F / 64), C, 64]` for its tile; blocked depthwise: a blocked `x`, an
-    // OIHW `w` of one channel per group, as many groups as channels and filters).
-    unsafe {
-        algorithm.convolve(
-            &shape,
-            Operands {
-                x: x.data,
-                w: w.data,
-                per_filter,
-                residual,
-                epilogue,
-                out: Shared(out.data),
-            },
-            args.launch,
-        )
-    }
+    // OIHW `w` of one channel per group, as many groups as channels and filters; direct:
+    // an OIHW `w` and NCHW tensors, one group, as `direct::computes` checks).
+    unsafe { algorithm.convolve(&shape, operands, args.launch) }
+}
+
+/// Output pixels from which a 3x3 convolution whose kernel came OIHW is computed by
+/// Winograd F(4x4, 3x3), its kernel transformed on each call (see [`winograd_per_call`]).
+const WINOGRAD_PER_CALL_PIXELS: usize = 64 * 64;
+
+/// Channels and filters from which likewise.
+const WINOGRAD_PER_CALL_CHANNELS: usize = 16;
+
+/// Whether a 3x3 convolution (stride 1, no dilation, one group) whose kernel came OIHW
+/// is computed by Winograd F(4x4, 3x3) with its kernel transformed on each call, instead
+/// of im2col: over large planes, on CPUs without AVX-512. relax-build packs kernels in
+/// Winograd form at load only where the sizes are static and there are at least 64
+/// channels and filters (the layers its thresholds were measured on, with AVX-512); a
+/// detector's FPN layers over symbolic planes come OIHW. With AVX2, one core, 96 to 24
+/// channels over 120x120: 9.3 ms by Winograd against 13.8 by im2col (the transform of
+/// the kernel on each call is a small part: 24 x 96 kernels of 9 values).
+fn winograd_per_call(shape: &Conv2d) -> bool {
+    let pixels = shape.output().map_or(0, |(height, width)| height * width);
+    shape.kernel == (3, 3)
+        && shape.stride == (1, 1)
+        && shape.dilation == (1, 1)
+        && shape.groups == 1
+        && shape.channels.min(shape.filters) >= WINOGRAD_PER_CALL_CHANNELS
+        && pixels >= WINOGRAD_PER_CALL_PIXELS
+        && Isa::best() != Isa::Avx512
 }
 
 /// `relax_runtime.conv2d(x, w, stride_h, stride_w, top, left, bottom, right, dilation_h,

@@ -2,7 +2,7 @@
 //! tensors with what follows it. A leaf, so that the algorithms (`conv`, `blocked`,
 //! `blocked_winograd`) share these types without importing each other.
 
-use super::epilogue::Epilogue;
+use super::epilogue::{Epilogue, Finish};
 use super::parallel::Shared;
 
 /// The sizes of one convolution.
@@ -85,4 +85,22 @@ pub(crate) struct Operands<'a> {
     pub(crate) residual: Option<*const f32>,
     pub(crate) epilogue: Epilogue,
     pub(crate) out: Shared,
+}
+
+/// What filter `filter`'s outputs get: its scale and shift (1 and 0 without
+/// `per_filter`), `residual` (its run of the residual) and the activation.
+pub(crate) fn finish_of<'a>(
+    per_filter: Option<PerFilter<'_>>,
+    filter: usize,
+    residual: Option<&'a [f32]>,
+    epilogue: Epilogue,
+) -> Finish<'a> {
+    Finish {
+        scale: per_filter
+            .and_then(|per_filter| per_filter.scale)
+            .map_or(1.0, |scale| scale[filter]),
+        shift: per_filter.map_or(0.0, |per_filter| per_filter.shift[filter]),
+        residual,
+        epilogue,
+    }
 }

@@ -11,6 +11,7 @@
 
 use super::panels::PANEL;
 use super::parallel::Shared;
+use super::simd::Isa;
 
 /// One product's operands.
 #[derive(Clone, Copy)]
@@ -35,7 +36,7 @@ pub(crate) const PIXELS_PER_TILE: usize = 6;
 /// 64 but for the last panel) for `pixels`, stored unfinished in `out`.
 ///
 /// # Safety
-/// `avx512` only where the CPU has AVX-512F; `panels` holds panel `panel`'s `depth x 64`
+/// `isa` one of [`Isa::available`]; `panels` holds panel `panel`'s `depth x 64`
 /// values, `x` the `depth` rows of `pixels`, `out` the panel's filter rows over
 /// `pixels`, all valid for the call; those outputs are written by no other thread
 /// meanwhile and overlap no operand.
@@ -44,7 +45,7 @@ pub(crate) unsafe fn multiply_panel(
     panel: usize,
     filters: usize,
     pixels: std::ops::Range<usize>,
-    avx512: bool,
+    isa: Isa,
 ) {
     let mut pixel = pixels.start;
     while pixel < pixels.end {
@@ -57,11 +58,12 @@ pub(crate) unsafe fn multiply_panel(
         };
         // SAFETY: the caller's contract; the tile lies inside the block.
         unsafe {
-            if avx512 {
+            match isa {
                 #[cfg(target_arch = "x86_64")]
-                avx512::tile(operands, &tile);
-            } else {
-                portable_tile(operands, &tile);
+                Isa::Avx512 => avx512::tile(operands, &tile),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => avx2::tile(operands, &tile),
+                _ => portable_tile(operands, &tile),
             }
         }
         pixel += count;
@@ -173,6 +175,85 @@ unsafe fn portable_tile(operands: &Operands, tile: &Tile) {
 }
 
 #[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{store_transposed, Operands, Tile, PANEL};
+
+    /// Filters summed together: 2 vectors, so that 6 pixels are 12 accumulators beside
+    /// the 2 weight vectors and a broadcast (AVX2 has 16 registers).
+    const FILTERS: usize = 16;
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA; otherwise as `multiply_panel`, for this tile.
+    pub(super) unsafe fn tile(operands: &Operands, tile: &Tile) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match tile.count {
+                6 => sums::<6>(operands, tile),
+                5 => sums::<5>(operands, tile),
+                4 => sums::<4>(operands, tile),
+                3 => sums::<3>(operands, tile),
+                2 => sums::<2>(operands, tile),
+                _ => sums::<1>(operands, tile),
+            }
+        }
+    }
+
+    /// `P` pixels x the panel's filters, 16 at a time, stored through a transpose in L1.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn sums<const P: usize>(operands: &Operands, tile: &Tile) {
+        let mut values = [[0.0; PANEL]; P];
+        for first in (0..tile.filters).step_by(FILTERS) {
+            // SAFETY: the function's contract.
+            let sums = unsafe { accumulate::<P>(operands, tile, first) };
+            for (values, sums) in values.iter_mut().zip(&sums) {
+                for (half, &sum) in sums.iter().enumerate() {
+                    // SAFETY: 8 of the row's 64 values (`first` is below 64, by 16s).
+                    unsafe { _mm256_storeu_ps(values.as_mut_ptr().add(first + half * 8), sum) };
+                }
+            }
+        }
+        // SAFETY: the function's contract.
+        unsafe { store_transposed(operands, tile, &values) };
+    }
+
+    /// The tile's sums of the panel's filters `first..first + 16`. A function of its own,
+    /// so that the accumulators stay in registers.
+    ///
+    /// # Safety
+    /// As `multiply_panel`, for this tile: the panel holds `depth x 64` values (zero
+    /// past its real filters), x's rows reach the tile's last pixel.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline(never)]
+    unsafe fn accumulate<const P: usize>(
+        operands: &Operands,
+        tile: &Tile,
+        first: usize,
+    ) -> [[__m256; 2]; P] {
+        let mut sums = [[_mm256_setzero_ps(); 2]; P];
+        // SAFETY: the function's contract.
+        unsafe {
+            let mut w = operands
+                .panels
+                .add(tile.panel * operands.depth * PANEL + first);
+            let mut x = operands.x.add(tile.pixel);
+            for _ in 0..operands.depth {
+                let (low, high) = (_mm256_loadu_ps(w), _mm256_loadu_ps(w.add(8)));
+                for (pixel, sums) in sums.iter_mut().enumerate() {
+                    let a = _mm256_broadcast_ss(&*x.add(pixel));
+                    sums[0] = _mm256_fmadd_ps(a, low, sums[0]);
+                    sums[1] = _mm256_fmadd_ps(a, high, sums[1]);
+                }
+                x = x.add(operands.x_stride);
+                w = w.add(PANEL);
+            }
+        }
+        sums
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
 
@@ -246,19 +327,13 @@ mod tests {
     use super::*;
     use crate::panels::pack;
     use crate::parallel::test_values;
-    use crate::simd::avx512_available;
 
     /// Every tile width (1-6 pixels, and the last panel's 1-63 filters), on both paths,
     /// against a naive product over rows wider than the block; nothing outside the
     /// block is written.
     #[test]
     fn panels_match_a_naive_product() {
-        let paths = if avx512_available() {
-            &[false, true][..]
-        } else {
-            &[false][..]
-        };
-        for &avx512 in paths {
+        for isa in Isa::available() {
             // (Depth 0: a convolution of no input channels, all sums 0.)
             for (filters, pixels, depth) in [
                 (130, 49, 37),
@@ -284,13 +359,13 @@ mod tests {
                 for panel in 0..filters.div_ceil(PANEL) {
                     let count = PANEL.min(filters - panel * PANEL);
                     // SAFETY: the buffers above hold every row and pixel addressed, and
-                    // AVX-512F is there when `avx512`.
-                    unsafe { multiply_panel(&operands, panel, count, start..pixels, avx512) };
+                    // `isa` is available.
+                    unsafe { multiply_panel(&operands, panel, count, start..pixels, isa) };
                 }
                 for f in 0..filters {
                     for p in 0..out_stride {
                         let got = out[f * out_stride + p];
-                        let case = format!("{filters}x{pixels}x{depth} avx512 {avx512} ({f}, {p})");
+                        let case = format!("{filters}x{pixels}x{depth} {isa:?} ({f}, {p})");
                         if p < start || p >= pixels {
                             assert!(got.is_nan(), "{case}: outside the block, written");
                             continue;

@@ -3,7 +3,7 @@
 use super::epilogue::{add, add_bias_to_rows, Epilogue};
 use super::panels::{dense_panels_into, After, PANEL};
 use super::parallel::{chunk, Launch, Shared, INLINE_WORK};
-use super::simd::avx512_available;
+use super::simd::Isa;
 use super::tensor::Arguments;
 
 /// `B` of `x · B` as strides over a weight tensor.
@@ -252,7 +252,7 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Resul
                 after,
                 Shared(out.data),
                 args.launch,
-                avx512_available(),
+                Isa::best(),
             )
         };
     }

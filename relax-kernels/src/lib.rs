@@ -51,7 +51,7 @@
 //!
 //! ## Layout
 //! One module per algorithm family (`gemm`, `conv`, `winograd`, `blocked`,
-//! `blocked_winograd`, `depthwise`, `blocked_depthwise`, `filter_panels`, `strips`,
+//! `blocked_winograd`, `depthwise`, `blocked_depthwise`, `direct`, `filter_panels`, `strips`,
 //! `rows`, `recurrent`, `resize`, `layout`), over leaves for the shared pieces: `simd`
 //! (instruction-set dispatch: AVX-512, AVX2 + FMA, or portable), `epilogue`, `panels`,
 //! `parallel`, `scratch`, `edges`, `caches`, `tensor`.
@@ -111,6 +111,7 @@ mod conv;
 mod conv_operands;
 mod conv_transpose;
 mod depthwise;
+mod direct;
 mod edges;
 mod epilogue;
 mod filter_panels;

@@ -4,11 +4,13 @@
 //! panel straight from memory (no per-call packing, unlike a general GEMM) and applies
 //! the bias, residual and activation to each tile while it is in registers or L1.
 //!
-//! On CPUs with AVX-512 a 6 x 64 tile keeps 24 vector accumulators; elsewhere (AVX2,
-//! NEON) a portable 4 x 16 tile that the compiler vectorizes for the running CPU.
+//! On CPUs with AVX-512 a 6 x 64 tile keeps 24 vector accumulators, with AVX2 a 6 x 16
+//! tile 12; elsewhere (NEON) a portable 4 x 16 tile that the compiler vectorizes for the
+//! running CPU.
 
 use super::epilogue::{add, Epilogue};
 use super::parallel::{chunk, Launch, Shared, INLINE_WORK};
+use super::simd::Isa;
 
 /// Columns per panel.
 pub const PANEL: usize = 64;
@@ -40,13 +42,12 @@ pub(crate) struct After<'a> {
 }
 
 /// `out[m, n] = epilogue(x[m, k] · W + bias + residual)` with `W` packed by [`pack`],
-/// split over the pool by panels, with AVX-512 tiles when `avx512` (pass
-/// [`avx512_available`](super::simd::avx512_available)) or portable ones.
+/// split over the pool by panels, with the tiles of `isa`.
 ///
 /// # Safety
 /// `x` holds `m x k`, `panels` the packed `k x n` weights, `after.bias` `n` values,
 /// `after.residual` and `out` `m x n`, valid for the call; `out` overlaps none of them;
-/// `avx512` only where the CPU has AVX-512F.
+/// `isa` one of [`Isa::available`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn dense_panels_into(
     m: usize,
@@ -57,7 +58,7 @@ pub(crate) unsafe fn dense_panels_into(
     after: After<'_>,
     out: Shared,
     launch: Launch,
-    avx512: bool,
+    isa: Isa,
 ) -> Result<(), String> {
     let count = n.div_ceil(PANEL);
     let (x, panels) = (Shared(x.cast_mut()), Shared(panels.cast_mut()));
@@ -79,11 +80,12 @@ pub(crate) unsafe fn dense_panels_into(
             // SAFETY: the panel's columns of `out` belong to this task alone; the
             // pointers address the checked tensors (this function's contract).
             unsafe {
-                if avx512 {
+                match isa {
                     #[cfg(target_arch = "x86_64")]
-                    avx512::block(&block);
-                } else {
-                    portable_block(&block);
+                    Isa::Avx512 => avx512::block(&block),
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => avx2::block(&block),
+                    _ => portable_block(&block),
                 }
             }
             apply_activation(&block, after.epilogue);
@@ -207,6 +209,74 @@ fn finish_row(block: &Block<'_>, row: usize, first: usize, sums: &[f32]) {
     }
     if let Some(residual) = residual {
         add(out, residual);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{finish_row, Block, PANEL};
+
+    /// Rows and columns per tile: 6 x 2 vector accumulators, plus the panel's 2 vectors
+    /// and a broadcast, fit AVX2's 16 registers.
+    const ROWS: usize = 6;
+    const COLUMNS: usize = 16;
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA; otherwise as `dense_panels_into`, for this block.
+    pub(super) unsafe fn block(block: &Block<'_>) {
+        for first in (0..block.columns).step_by(COLUMNS) {
+            let mut row = 0;
+            while row < block.m {
+                let rows = ROWS.min(block.m - row);
+                // SAFETY: the caller's contract; `rows` rows from `row` are inside x and
+                // out, and the panel's 64 columns are all there (zero-padded).
+                unsafe {
+                    match rows {
+                        6 => tile::<6>(block, row, first),
+                        5 => tile::<5>(block, row, first),
+                        4 => tile::<4>(block, row, first),
+                        3 => tile::<3>(block, row, first),
+                        2 => tile::<2>(block, row, first),
+                        _ => tile::<1>(block, row, first),
+                    }
+                }
+                row += rows;
+            }
+        }
+    }
+
+    /// Rows `row..row + R` by the panel's columns `first..first + 16`: the k-long
+    /// product, then bias and residual, stored (the block's real columns only).
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile<const R: usize>(block: &Block<'_>, row: usize, first: usize) {
+        let mut sums = [[_mm256_setzero_ps(); 2]; R];
+        // SAFETY: x's rows `row..row + R` hold `k` values each and the panel `k x 64`
+        // (the caller's contract).
+        unsafe {
+            let x = block.x.add(row * block.k);
+            let mut b = block.panel.add(first);
+            for depth in 0..block.k {
+                let (b0, b1) = (_mm256_loadu_ps(b), _mm256_loadu_ps(b.add(8)));
+                for (r, sums) in sums.iter_mut().enumerate() {
+                    let a = _mm256_broadcast_ss(&*x.add(r * block.k + depth));
+                    sums[0] = _mm256_fmadd_ps(a, b0, sums[0]);
+                    sums[1] = _mm256_fmadd_ps(a, b1, sums[1]);
+                }
+                b = b.add(PANEL);
+            }
+        }
+        let width = COLUMNS.min(block.columns - first);
+        for (r, sums) in sums.iter().enumerate() {
+            let mut values = [0f32; COLUMNS];
+            // SAFETY: `values` holds 16 values.
+            unsafe {
+                _mm256_storeu_ps(values.as_mut_ptr(), sums[0]);
+                _mm256_storeu_ps(values.as_mut_ptr().add(8), sums[1]);
+            }
+            finish_row(block, row + r, first, &values[..width]);
+        }
     }
 }
 

@@ -53,6 +53,47 @@ pub(crate) fn avx512_available() -> bool {
     }
 }
 
+/// Which instructions a kernel's hand-written tiles use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // Only x86-64 has the others.
+pub(crate) enum Isa {
+    /// Plain arrays the compiler vectorizes (what CPUs without AVX2 run; on x86-64,
+    /// only when asked, as a reference).
+    Portable,
+    /// AVX2 and FMA (16 vector registers of 8 floats).
+    Avx2,
+    /// AVX-512F (32 vector registers of 16 floats).
+    Avx512,
+}
+
+impl Isa {
+    /// The best this CPU runs.
+    pub(crate) fn best() -> Isa {
+        *Isa::available().last().expect("the portable one at least")
+    }
+
+    /// Every one this CPU runs, the portable one first.
+    pub(crate) fn available() -> Vec<Isa> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma");
+            [Isa::Portable, Isa::Avx2, Isa::Avx512]
+                .into_iter()
+                .filter(|&isa| {
+                    isa == Isa::Portable
+                        || (isa == Isa::Avx2 && avx2)
+                        || (isa == Isa::Avx512 && avx512_available())
+                })
+                .collect()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            vec![Isa::Portable]
+        }
+    }
+}
+
 /// The AVX-512 mask of a vector's first `count` lanes (all 16 from 16 up): the masked
 /// loads and stores of a run's last, partial vector.
 #[cfg(target_arch = "x86_64")]

@@ -78,6 +78,20 @@ const FILTER_BLOCK: usize = 64;
 /// `U = G g Gᵀ` of every 3x3 kernel of `weights` (`[filters, channels, 3, 3]`), laid out
 /// `[values, channels, filters]` (filters contiguous: the multiplications stream them).
 pub fn transform_weights(weights: &[f32], filters: usize, channels: usize, tile: Tile) -> Vec<f32> {
+    let mut out = vec![0.0; tile.values() * filters * channels];
+    transform_weights_into(weights, filters, channels, tile, &mut out);
+    out
+}
+
+/// [`transform_weights`] into `out` (`tile.values() * filters * channels` values, every
+/// one written).
+pub(crate) fn transform_weights_into(
+    weights: &[f32],
+    filters: usize,
+    channels: usize,
+    tile: Tile,
+    out: &mut [f32],
+) {
     const G2: [[f64; 3]; 4] = [
         [1.0, 0.0, 0.0],
         [0.5, 0.5, 0.5],
@@ -97,7 +111,6 @@ pub fn transform_weights(weights: &[f32], filters: usize, channels: usize, tile:
         Tile::Four => &G4,
     };
     let side = g.len();
-    let mut out = vec![0.0; tile.values() * filters * channels];
     for (index, kernel) in weights.chunks_exact(9).enumerate().take(filters * channels) {
         let (filter, channel) = (index / channels, index % channels);
         for (i, g_i) in g.iter().enumerate() {
@@ -113,7 +126,6 @@ pub fn transform_weights(weights: &[f32], filters: usize, channels: usize, tile:
             }
         }
     }
-    out
 }
 
 /// The sizes of one convolution Winograd computes (3x3 kernel, stride 1, no dilation,

@@ -165,6 +165,18 @@ fn convolutions_match_naive_loops() {
             padding: (1, 2, 2, 1),
             ..shape(4, 70, 4, 5, 2, 0, 1, 4)
         },
+        // Stems summed directly: 3x3/2 onto 13 filters (a partial tile of 8), one input
+        // channel over rows of 40 (a run of 32 and a partial one), four channels with a
+        // dilated 3x3 and wide padding, stride 3, and a 1x1 and a 7x7 at stride 1.
+        shape(3, 37, 13, 3, 2, 1, 1, 1),
+        shape(1, 40, 8, 3, 1, 1, 1, 1),
+        shape(4, 21, 9, 3, 1, 3, 2, 1),
+        shape(3, 50, 16, 5, 3, 2, 1, 1),
+        shape(2, 33, 3, 1, 1, 0, 1, 1),
+        Conv2d {
+            padding: (3, 1, 2, 4),
+            ..shape(3, 30, 17, 7, 1, 0, 1, 1)
+        },
     ];
     for case in cases {
         let (oh, ow) = case.output().unwrap();
@@ -214,6 +226,12 @@ fn convolutions_match_naive_loops() {
             let mut algorithms = vec![(Algorithm::Unfolded, w.clone())];
             if case.channels == case.groups {
                 algorithms.push((Algorithm::Depthwise, w.clone()));
+            }
+            if case.groups == 1 && case.channels > 0 {
+                // The direct sums, whether or not `direct::computes` would take the case.
+                for sums in crate::simd::Isa::available() {
+                    algorithms.push((Algorithm::Direct(sums), w.clone()));
+                }
             }
             if case.groups == 1 {
                 let depth = case.channels * case.kernel.0 * case.kernel.1;
@@ -303,10 +321,7 @@ fn blocked_convolutions_match_naive_loops() {
             input_blocked,
             0.0,
             |w| crate::weights::pack_panels(depth, case.filters, |k, f| w[f * depth + k]),
-            |avx512| Algorithm::Blocked {
-                input_blocked,
-                avx512,
-            },
+            |isa| Algorithm::Blocked { input_blocked, isa },
             &[
                 (false, false, Epilogue::None),
                 (true, true, Epilogue::Relu),
@@ -318,7 +333,7 @@ fn blocked_convolutions_match_naive_loops() {
     }
 }
 
-/// Checks `algorithm(avx512)`, with portable and (where the CPU has them) AVX-512 tiles,
+/// Checks `algorithm(isa)`, with portable and (where the CPU has them) AVX2 and AVX-512 tiles,
 /// against naive loops on `case`: the kernel in the form `kernel_form` makes of the OIHW
 /// one, the input blocked (or NCHW: `input_blocked`), the output and residual blocked, a
 /// bias, and per `(scale, residual, epilogue)` of `finishes` a scale and a residual or not;
@@ -328,7 +343,7 @@ fn check_blocked_algorithm(
     input_blocked: bool,
     rounding: f32,
     kernel_form: impl Fn(&[f32]) -> Vec<f32>,
-    algorithm: impl Fn(bool) -> Algorithm,
+    algorithm: impl Fn(Isa) -> Algorithm,
     finishes: &[(bool, bool, Epilogue)],
 ) {
     let (oh, ow) = case.output().unwrap();
@@ -362,9 +377,9 @@ fn check_blocked_algorithm(
         }
         epilogue.apply(&mut expected);
         let expected = to_blocked(&expected, case.batch, case.filters, pixels);
-        for avx512 in [false, crate::simd::avx512_available()] {
+        for isa in Isa::available() {
             let mut out = vec![f32::NAN; expected.len()];
-            let algorithm = algorithm(avx512);
+            let algorithm = algorithm(isa);
             // SAFETY: the buffers have the sizes `case` describes.
             unsafe {
                 algorithm
@@ -446,7 +461,7 @@ fn blocked_depthwise_convolutions_match_naive_loops() {
             true,
             0.0,
             |w| w[..weights].to_vec(),
-            |avx512| Algorithm::BlockedDepthwise { avx512 },
+            Algorithm::BlockedDepthwise,
             &[
                 (false, false, Epilogue::None),
                 (true, true, Epilogue::Relu),
@@ -487,7 +502,7 @@ fn blocked_winograd_convolutions_match_naive_loops() {
             true,
             rounding,
             |w| crate::blocked_winograd::transform_weights(w, case.filters, case.channels, tile),
-            |avx512| Algorithm::BlockedWinograd { tile, avx512 },
+            |isa| Algorithm::BlockedWinograd { tile, isa },
             &[
                 (false, false, Epilogue::None),
                 (true, true, Epilogue::Relu),
@@ -821,4 +836,57 @@ fn the_kernel_takes_winograd_and_filter_panel_forms_and_refuses_other_ones() {
     call_conv2d(&mut w.clone(), &mut [3, 2, 3, 3], 2).unwrap();
     let error = call_conv2d(&mut vec![0.0; 36 * 6], &mut [36, 2, 3], 2).unwrap_err();
     assert!(error.contains("shapes do not fit"), "{error}");
+}
+
+/// Through the kernel's arguments, the layers whose algorithm the kernel picks itself
+/// from the shapes, against naive loops: a 3x3 layer over a 64x66 plane (Winograd with
+/// the kernel transformed on this call, on CPUs without AVX-512; im2col otherwise) and
+/// an image's 3 channels onto 8 filters (direct sums where the CPU has AVX2 or
+/// AVX-512).
+#[test]
+fn the_kernel_picks_winograd_or_direct_sums_from_the_shapes() {
+    for (case, rounding) in [
+        (
+            Conv2d {
+                batch: 1,
+                ..shape(16, 64, 20, 3, 1, 1, 1, 1)
+            },
+            4e-5 * (1.0 + (16.0f32 * 9.0).sqrt()),
+        ),
+        (
+            Conv2d {
+                batch: 1,
+                ..shape(3, 40, 8, 3, 2, 1, 1, 1)
+            },
+            0.0,
+        ),
+    ] {
+        let (oh, ow) = case.output().unwrap();
+        let x = values(case.channels * case.height * case.width, 1);
+        let w = values(case.filters * case.channels * 9, 2);
+        let expected = naive(&case, &x, &w, None);
+        let mut out = vec![f32::NAN; case.filters * oh * ow];
+        let (c, f, h, wd) = (
+            case.channels as i64,
+            case.filters as i64,
+            case.height as i64,
+            case.width as i64,
+        );
+        let (x_shape, w_shape, out_shape) =
+            ([1, c, h, wd], [f, c, 3, 3], [1, f, oh as i64, ow as i64]);
+        let stride = case.stride.0 as i64;
+        let mut args = vec![
+            Argument::input(&x, &x_shape).unwrap(),
+            Argument::input(&w, &w_shape).unwrap(),
+        ];
+        args.extend([stride, stride, 1, 1, 1, 1, 1, 1, 1, 0].map(Argument::int));
+        args.push(Argument::output(&mut out, &out_shape).unwrap());
+        conv2d(&Arguments::new(
+            "relax_runtime.conv2d",
+            &args,
+            three_threads,
+        ))
+        .unwrap();
+        assert_close_within(&out, &expected, rounding, &format!("{case:?}"));
+    }
 }

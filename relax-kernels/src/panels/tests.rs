@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::parallel::{test_values, three_threads};
-use crate::simd::avx512_available;
+use crate::simd::Isa;
 
 #[test]
 fn packed_dense_layers_match_naive_loops() {
@@ -50,14 +50,9 @@ fn packed_dense_layers_match_naive_loops() {
                 residual: with_residual.then_some(residual.as_ptr()),
                 epilogue,
             };
-            let tiles: &[bool] = if avx512_available() {
-                &[false, true]
-            } else {
-                &[false]
-            };
-            for &avx512 in tiles {
+            for isa in Isa::available() {
                 let mut out = vec![f32::NAN; m * n];
-                // SAFETY: the buffers have the sizes given; `avx512` only when available.
+                // SAFETY: the buffers have the sizes given; `isa` is available.
                 unsafe {
                     dense_panels_into(
                         m,
@@ -68,14 +63,14 @@ fn packed_dense_layers_match_naive_loops() {
                         after,
                         Shared(out.as_mut_ptr()),
                         three_threads,
-                        avx512,
+                        isa,
                     )
                 }
                 .unwrap();
                 for (index, (actual, expected)) in out.iter().zip(&expected).enumerate() {
                     assert!(
                         (actual - expected).abs() <= 1e-5 * (1.0 + expected.abs()) * k as f32,
-                        "m {m} k {k} n {n} avx512 {avx512} {epilogue:?} [{index}]: {actual} vs {expected}"
+                        "m {m} k {k} n {n} {isa:?} {epilogue:?} [{index}]: {actual} vs {expected}"
                     );
                 }
             }
