@@ -12,7 +12,7 @@
 
 use super::blocked::BLOCK;
 use super::parallel::{for_each_unit, Shared};
-use super::simd::{avx512_available, multiversion};
+use super::simd::{multiversion, Isa};
 use super::tensor::Arguments;
 
 /// Below this many values a transform runs on the calling thread alone.
@@ -21,13 +21,17 @@ const INLINE_VALUES: usize = 64 * 1024;
 /// `relax_runtime.layout_blocked(x, out)`: `x` NCHW and `out` `[N, C / 16, H, W, 16]`
 /// (to blocks), or `x` blocked and `out` NCHW (back); `C` a multiple of 16.
 pub(crate) fn layout_blocked(args: &Arguments<'_>) -> Result<(), String> {
-    layout_blocked_with(args, avx512_available())
+    layout_blocked_with(args, Isa::best())
 }
 
-/// [`layout_blocked`], transposing in AVX-512 registers when `avx512` and the CPU has it
-/// (the tests run both ways).
-fn layout_blocked_with(args: &Arguments<'_>, avx512: bool) -> Result<(), String> {
-    let avx512 = avx512 && avx512_available();
+/// [`layout_blocked`], transposing in the registers of `isa` (the tests run every one
+/// the CPU has; one it lacks is taken as the portable loops).
+fn layout_blocked_with(args: &Arguments<'_>, isa: Isa) -> Result<(), String> {
+    let isa = if Isa::available().contains(&isa) {
+        isa
+    } else {
+        Isa::Portable
+    };
     args.expect_count(2)?;
     let name = args.name;
     let x = args.tensor(0, None)?;
@@ -75,19 +79,26 @@ fn layout_blocked_with(args: &Arguments<'_>, avx512: bool) -> Result<(), String>
             unsafe {
                 let (nchw_at, blocked_at) = (first + y * width, first + y * row);
                 #[cfg(target_arch = "x86_64")]
-                if avx512 {
-                    // The same rows, and the CPU has AVX-512F.
+                if isa != Isa::Portable {
+                    // The same rows, and the CPU has `isa`'s instructions.
                     if to_blocks {
                         let rows =
                             std::array::from_fn(|lane| x.at(nchw_at + lane * plane).cast_const());
-                        avx512::interleave(&rows, out.at(blocked_at), width);
+                        if isa == Isa::Avx512 {
+                            avx512::interleave(&rows, out.at(blocked_at), width);
+                        } else {
+                            avx2::interleave(&rows, out.at(blocked_at), width);
+                        }
                     } else {
                         let rows = std::array::from_fn(|lane| out.at(nchw_at + lane * plane));
-                        avx512::deinterleave(x.at(blocked_at).cast_const(), &rows, width);
+                        if isa == Isa::Avx512 {
+                            avx512::deinterleave(x.at(blocked_at).cast_const(), &rows, width);
+                        } else {
+                            avx2::deinterleave(x.at(blocked_at).cast_const(), &rows, width);
+                        }
                     }
                     return;
                 }
-                let _ = avx512; // No AVX-512 elsewhere.
                 if to_blocks {
                     let blocked_row = std::slice::from_raw_parts_mut(out.at(blocked_at), row);
                     let rows = std::array::from_fn(|lane| {
@@ -124,6 +135,109 @@ multiversion! {
     fn deinterleave(blocked: &[f32], lane: usize, row: &mut [f32]) {
         for (value, pixel) in row.iter_mut().zip(blocked.chunks_exact(BLOCK)) {
             *value = pixel[lane];
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::BLOCK;
+
+    /// Values per vector: a block's 16 lanes are two halves of 8.
+    const HALF: usize = 8;
+
+    /// The 8 x 8 transpose of `rows`: vector `i` of the result holds value `i` of each.
+    #[target_feature(enable = "avx2")]
+    fn transpose(rows: [__m256; HALF]) -> [__m256; HALF] {
+        // Pairs of rows interleaved, then pairs of pairs, then the 128-bit halves.
+        let pairs: [__m256; HALF] = std::array::from_fn(|index| {
+            let (a, b) = (rows[index / 2 * 2], rows[index / 2 * 2 + 1]);
+            if index % 2 == 0 {
+                _mm256_unpacklo_ps(a, b)
+            } else {
+                _mm256_unpackhi_ps(a, b)
+            }
+        });
+        // quads[q]: values (q % 4) and (q % 4) + 4 of rows 0-3 (q < 4) or 4-7.
+        let quads: [__m256; HALF] = std::array::from_fn(|index| {
+            let base = index / 4 * 4;
+            let (low, high) = (
+                pairs[base + (index % 4) / 2],
+                pairs[base + 2 + (index % 4) / 2],
+            );
+            if index % 2 == 0 {
+                _mm256_shuffle_ps::<0x44>(low, high)
+            } else {
+                _mm256_shuffle_ps::<0xEE>(low, high)
+            }
+        });
+        std::array::from_fn(|value| {
+            let (low, high) = (quads[value % 4], quads[4 + value % 4]);
+            if value < 4 {
+                _mm256_permute2f128_ps::<0x20>(low, high)
+            } else {
+                _mm256_permute2f128_ps::<0x31>(low, high)
+            }
+        })
+    }
+
+    /// `blocked[x * 16 + lane] = rows[lane][x]` for `x < width`, 8 pixels by 8 lanes at a
+    /// time (the last 1-7 pixels one by one).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; each of `rows` is `width` readable values, `blocked` is
+    /// `16 * width` writable ones, and they do not overlap.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn interleave(rows: &[*const f32; BLOCK], blocked: *mut f32, width: usize) {
+        let whole = width / HALF * HALF;
+        // SAFETY: pixels below `width` of each row and of `blocked` (the caller's bounds).
+        unsafe {
+            for first in (0..whole).step_by(HALF) {
+                for half in 0..2 {
+                    let pixels = transpose(std::array::from_fn(|lane| {
+                        _mm256_loadu_ps(rows[half * HALF + lane].add(first))
+                    }));
+                    for (x, pixel) in pixels.iter().enumerate() {
+                        _mm256_storeu_ps(blocked.add((first + x) * BLOCK + half * HALF), *pixel);
+                    }
+                }
+            }
+            for x in whole..width {
+                for (lane, row) in rows.iter().enumerate() {
+                    *blocked.add(x * BLOCK + lane) = *row.add(x);
+                }
+            }
+        }
+    }
+
+    /// `rows[lane][x] = blocked[x * 16 + lane]` for `x < width`, 8 pixels by 8 lanes at a
+    /// time (the last 1-7 pixels one by one).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `blocked` is `16 * width` readable values, each of `rows`
+    /// `width` writable ones, and they do not overlap.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn deinterleave(blocked: *const f32, rows: &[*mut f32; BLOCK], width: usize) {
+        let whole = width / HALF * HALF;
+        // SAFETY: pixels below `width` of `blocked` and of each row (the caller's bounds).
+        unsafe {
+            for first in (0..whole).step_by(HALF) {
+                for half in 0..2 {
+                    let lanes = transpose(std::array::from_fn(|x| {
+                        _mm256_loadu_ps(blocked.add((first + x) * BLOCK + half * HALF))
+                    }));
+                    for (lane, values) in lanes.iter().enumerate() {
+                        _mm256_storeu_ps(rows[half * HALF + lane].add(first), *values);
+                    }
+                }
+            }
+            for x in whole..width {
+                for (lane, row) in rows.iter().enumerate() {
+                    *row.add(x) = *blocked.add(x * BLOCK + lane);
+                }
+            }
         }
     }
 }

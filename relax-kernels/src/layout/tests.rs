@@ -5,21 +5,23 @@ use crate::parallel::three_threads;
 use crate::tensor::Argument;
 
 fn transform(x: &[f32], x_shape: &[i64], out_shape: &[i64]) -> Result<Vec<f32>, String> {
-    let portable = transform_with(x, x_shape, out_shape, false)?;
-    let best = transform_with(x, x_shape, out_shape, avx512_available())?;
-    assert_eq!(
-        portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-        best.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-        "the portable and AVX-512 transforms differ"
-    );
-    Ok(best)
+    let portable = transform_with(x, x_shape, out_shape, Isa::Portable)?;
+    for isa in Isa::available() {
+        let transformed = transform_with(x, x_shape, out_shape, isa)?;
+        assert_eq!(
+            portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            transformed.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "the portable and {isa:?} transforms differ"
+        );
+    }
+    Ok(portable)
 }
 
 fn transform_with(
     x: &[f32],
     x_shape: &[i64],
     out_shape: &[i64],
-    avx512: bool,
+    isa: Isa,
 ) -> Result<Vec<f32>, String> {
     let mut out = vec![f32::NAN; out_shape.iter().product::<i64>().max(0) as usize];
     let args = [
@@ -28,7 +30,7 @@ fn transform_with(
     ];
     layout_blocked_with(
         &Arguments::new("relax_runtime.layout_blocked", &args, three_threads),
-        avx512,
+        isa,
     )?;
     Ok(out)
 }
