@@ -342,7 +342,7 @@ fn copy_every_other(destination: &mut [f32], source: &[f32]) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Algorithm {
     Unfolded,
-    Depthwise,
+    Depthwise(Isa),
     Winograd(Tile),
     FilterPanels,
     Blocked { input_blocked: bool, isa: Isa },
@@ -366,7 +366,7 @@ impl Algorithm {
         unsafe {
             match self {
                 Algorithm::Unfolded => conv2d_into(shape, operands, launch),
-                Algorithm::Depthwise => depthwise_conv(shape, operands, launch),
+                Algorithm::Depthwise(isa) => depthwise_conv(shape, isa, operands, launch),
                 Algorithm::Winograd(tile) => winograd_conv(tile, shape, operands, launch),
                 Algorithm::FilterPanels => filter_panels_conv(shape, operands, launch),
                 Algorithm::Blocked { input_blocked, isa } => {
@@ -600,12 +600,14 @@ pub(crate) unsafe fn conv2d_into(
 
 /// `out = epilogue(conv2d(x, w) * scale + shift + residual)` for a convolution with one
 /// input channel per group (`filters / groups` output channels read each input channel).
-/// Tasks share out the output planes.
+/// Tasks share out the output planes; strides 1 and 2 use the instructions of `isa`.
 ///
 /// # Safety
-/// As [`conv2d_into`], with `shape.channels == shape.groups`.
+/// As [`conv2d_into`], with `shape.channels == shape.groups`; `isa` one of
+/// [`Isa::available`].
 pub(crate) unsafe fn depthwise_conv(
     shape: &Conv2d,
+    isa: Isa,
     operands: Operands<'_>,
     launch: Launch,
 ) -> Result<(), String> {
@@ -664,7 +666,7 @@ pub(crate) unsafe fn depthwise_conv(
                     )
                 };
                 let finish = finish_of(per_filter, filter, residual, epilogue);
-                depthwise_plane(&plane, input, weights, &finish, values);
+                depthwise_plane(&plane, input, weights, &finish, values, isa);
             }
         },
     )
@@ -989,7 +991,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         .collect::<Result<Vec<_>, _>>()?;
     // One input channel per group (checked with the other shapes below).
     let algorithm = if algorithm == Algorithm::Unfolded && groups > 1 && w.shape[1] == 1 {
-        Algorithm::Depthwise
+        Algorithm::Depthwise(Isa::best())
     } else {
         algorithm
     };

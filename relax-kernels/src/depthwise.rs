@@ -20,9 +20,7 @@ use std::cell::RefCell;
 use super::edges::{copy_short, inside_columns};
 use super::epilogue::Finish;
 use super::scratch::{prefix, reuse};
-#[cfg(target_arch = "x86_64")]
-use super::simd::avx512_available;
-use super::simd::multiversion;
+use super::simd::{multiversion, Isa};
 
 /// Outputs accumulated together in registers (one AVX-512 vector).
 const LANES: usize = 16;
@@ -67,9 +65,9 @@ impl Plane {
 /// `y = oy * stride + ky * dilation - top` (likewise x), 0 where that is padding.
 /// `input` is one `height x width` plane, `out` one output plane, `finish` its filter's.
 ///
-/// On AVX-512 CPUs, strides 1 and 2 apply `finish` in registers as each run of outputs
-/// is stored (but a GELU or SiLU, applied to the plane after); other paths apply it to
-/// the plane after. As a separate pass over small planes (7x7 to 14x14, hundreds of
+/// With AVX-512 or AVX2 (`isa`), strides 1 and 2 apply `finish` in registers as each
+/// run of outputs is stored (but a GELU or SiLU, applied to the plane after); other
+/// paths apply it to the plane after. As a separate pass over small planes (7x7 to 14x14, hundreds of
 /// channels), with the outputs copied row by row, it took more time than the sums in
 /// MobileNetV2.
 pub(crate) fn depthwise_plane(
@@ -78,18 +76,28 @@ pub(crate) fn depthwise_plane(
     weights: &[f32],
     finish: &Finish<'_>,
     out: &mut [f32],
+    isa: Isa,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if avx512_available() && matches!(plane.stride, (1, 1) | (2, 2)) {
+    if isa != Isa::Portable && matches!(plane.stride, (1, 1) | (2, 2)) {
         reuse(&PADDED, |scratch| {
-            // SAFETY: this CPU has AVX-512F (checked above), the stride is 1 or 2.
-            unsafe { avx512::finished_plane(plane, input, weights, finish, out, scratch) }
+            // SAFETY: this CPU has `isa`'s instructions (the caller's contract), the
+            // stride is 1 or 2.
+            unsafe {
+                if isa == Isa::Avx512 {
+                    avx512::finished_plane(plane, input, weights, finish, out, scratch)
+                } else {
+                    avx2::finished_plane(plane, input, weights, finish, out, scratch)
+                }
+            }
         });
         if finish.epilogue.after_registers() {
             finish.epilogue.apply(out);
         }
         return;
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = isa; // Only x86-64 has the others.
     if plane.stride == (1, 1) {
         reuse(&PADDED, |scratch| {
             padded_plane(plane, input, weights, out, scratch)
@@ -188,6 +196,223 @@ multiversion! {
                         let inputs = source[start..].iter().step_by(plane.stride.1);
                         outputs.iter_mut().zip(inputs).for_each(|(value, input)| *value += weight * input);
                     }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{zero_padded, Plane};
+    use crate::epilogue::Finish;
+
+    /// Outputs per vector; each step sums two vectors of outputs (independent
+    /// accumulators, so that the multiply-adds overlap).
+    const LANES: usize = 8;
+    const RUN: usize = 2 * LANES;
+
+    /// [`depthwise_plane`](super::depthwise_plane) with stride 1 or 2, through a
+    /// zero-padded copy of the plane, `finish` applied in registers (but a GELU or SiLU,
+    /// left to the caller).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `plane.stride` is (1, 1) or (2, 2).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn finished_plane(
+        plane: &Plane,
+        input: &[f32],
+        weights: &[f32],
+        finish: &Finish<'_>,
+        out: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) {
+        let finish = InRegisters {
+            scale: _mm256_set1_ps(finish.scale),
+            shift: _mm256_set1_ps(finish.shift),
+            residual: finish.residual,
+            clamp: finish.epilogue.bounds(),
+        };
+        if plane.stride == (1, 1) {
+            stride1_plane(plane, input, weights, &finish, out, scratch);
+        } else {
+            stride2_plane(plane, input, weights, &finish, out, scratch);
+        }
+    }
+
+    /// A plane's [`Finish`] as vectors.
+    struct InRegisters<'a> {
+        scale: __m256,
+        shift: __m256,
+        residual: Option<&'a [f32]>,
+        clamp: Option<(f32, f32)>,
+    }
+
+    impl InRegisters<'_> {
+        /// Finishes the sums `value` of the outputs `at..at + count` (count <= 8) of the
+        /// plane and stores them there in `out`.
+        #[target_feature(enable = "avx2,fma")]
+        fn store(&self, value: __m256, out: &mut [f32], at: usize, count: usize) {
+            let mut value = _mm256_fmadd_ps(value, self.scale, self.shift);
+            if let Some(residual) = self.residual {
+                let mut values = [0f32; LANES];
+                values[..count].copy_from_slice(&residual[at..at + count]);
+                // SAFETY: `values` holds 8 values.
+                value = _mm256_add_ps(value, unsafe { _mm256_loadu_ps(values.as_ptr()) });
+            }
+            if let Some((low, high)) = self.clamp {
+                value = _mm256_min_ps(
+                    _mm256_max_ps(value, _mm256_set1_ps(low)),
+                    _mm256_set1_ps(high),
+                );
+            }
+            let out = &mut out[at..at + count];
+            if count == LANES {
+                // SAFETY: `out` holds 8 values.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr(), value) };
+            } else {
+                let mut values = [0f32; LANES];
+                // SAFETY: `values` holds 8 values.
+                unsafe { _mm256_storeu_ps(values.as_mut_ptr(), value) };
+                out.copy_from_slice(&values[..count]);
+            }
+        }
+    }
+
+    /// Stride 1, as the AVX-512 path: outputs numbered along the padded rows, summed
+    /// into `scratch` 16 at a time, then finished row by row into `out`.
+    #[target_feature(enable = "avx2,fma")]
+    fn stride1_plane(
+        plane: &Plane,
+        input: &[f32],
+        weights: &[f32],
+        finish: &InRegisters<'_>,
+        out: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) {
+        let (kernel_h, kernel_w) = plane.kernel;
+        let (dilation_h, dilation_w) = plane.dilation;
+        let output_width = plane.output_width;
+        let padded_width = output_width + (kernel_w - 1) * dilation_w;
+        let padded_height = plane.output_height + (kernel_h - 1) * dilation_h;
+        let positions = (plane.output_height - 1) * padded_width + output_width;
+        let runs = positions.div_ceil(RUN);
+        // The sums of every run, and 8 more read past the last row's end (dropped).
+        let (padded, sums) = zero_padded(
+            plane,
+            input,
+            (padded_width, padded_height),
+            RUN,
+            runs * RUN + LANES,
+            scratch,
+        );
+        for (run, sums) in sums.chunks_exact_mut(RUN).take(runs).enumerate() {
+            let base = run * RUN;
+            let (mut low, mut high) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            for ky in 0..kernel_h {
+                for kx in 0..kernel_w {
+                    let at = base + ky * dilation_h * padded_width + kx * dilation_w;
+                    // The 16 values from `at`: `base + 15` is below `positions + 15`, so
+                    // `at + 15` is inside the margin of 16 past the plane.
+                    let taps = &padded[at..at + RUN];
+                    let weight = _mm256_set1_ps(weights[ky * kernel_w + kx]);
+                    // SAFETY: `taps` holds 16 values.
+                    unsafe {
+                        low = _mm256_fmadd_ps(weight, _mm256_loadu_ps(taps.as_ptr()), low);
+                        high = _mm256_fmadd_ps(
+                            weight,
+                            _mm256_loadu_ps(taps.as_ptr().add(LANES)),
+                            high,
+                        );
+                    }
+                }
+            }
+            // SAFETY: `sums` holds 16 values.
+            unsafe {
+                _mm256_storeu_ps(sums.as_mut_ptr(), low);
+                _mm256_storeu_ps(sums.as_mut_ptr().add(LANES), high);
+            }
+        }
+        for oy in 0..plane.output_height {
+            for first in (0..output_width).step_by(LANES) {
+                let count = LANES.min(output_width - first);
+                // The row's sums, and past its end those of the padding (dropped).
+                let row = &sums[oy * padded_width + first..][..LANES];
+                // SAFETY: `row` holds 8 values.
+                let value = unsafe { _mm256_loadu_ps(row.as_ptr()) };
+                finish.store(value, out, oy * output_width + first, count);
+            }
+        }
+    }
+
+    /// The even values of the 16 from `values`.
+    #[target_feature(enable = "avx2")]
+    fn evens(values: &[f32]) -> __m256 {
+        let values = &values[..2 * LANES];
+        // SAFETY: `values` holds 16 values.
+        let (low, high) = unsafe {
+            (
+                _mm256_loadu_ps(values.as_ptr()),
+                _mm256_loadu_ps(values.as_ptr().add(LANES)),
+            )
+        };
+        // [0, 2, 8, 10, 4, 6, 12, 14], then its 64-bit pairs in order.
+        let picked = _mm256_shuffle_ps::<0x88>(low, high);
+        _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(_mm256_castps_pd(picked)))
+    }
+
+    /// Stride 2, output row by output row, 16 outputs at a time: a tap's 8 outputs sum
+    /// the even values of 16 consecutive padded values.
+    #[target_feature(enable = "avx2,fma")]
+    fn stride2_plane(
+        plane: &Plane,
+        input: &[f32],
+        weights: &[f32],
+        finish: &InRegisters<'_>,
+        out: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) {
+        let (kernel_h, kernel_w) = plane.kernel;
+        let (dilation_h, dilation_w) = plane.dilation;
+        let (top, left) = plane.padding;
+        let span_w = (kernel_w - 1) * dilation_w + 1;
+        let span_h = (kernel_h - 1) * dilation_h + 1;
+        let padded_width = (left + plane.width).max(2 * (plane.output_width - 1) + span_w);
+        let padded_height = (top + plane.height).max(2 * (plane.output_height - 1) + span_h);
+        // A step reads 32 values from its first tap; the last step of a row, which may
+        // pass the row's end, up to 32 past the last window (see the AVX-512 path).
+        let (padded, _) = zero_padded(
+            plane,
+            input,
+            (padded_width, padded_height),
+            2 * RUN,
+            0,
+            scratch,
+        );
+        let output_width = plane.output_width;
+        for oy in 0..plane.output_height {
+            for first in (0..output_width).step_by(RUN) {
+                let (mut low, mut high) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                for ky in 0..kernel_h {
+                    let line = (2 * oy + ky * dilation_h) * padded_width + 2 * first;
+                    for kx in 0..kernel_w {
+                        let at = line + kx * dilation_w;
+                        let weight = _mm256_set1_ps(weights[ky * kernel_w + kx]);
+                        low = _mm256_fmadd_ps(weight, evens(&padded[at..]), low);
+                        high = _mm256_fmadd_ps(weight, evens(&padded[at + RUN..]), high);
+                    }
+                }
+                let at = oy * output_width + first;
+                finish.store(low, out, at, LANES.min(output_width - first));
+                if first + LANES < output_width {
+                    finish.store(
+                        high,
+                        out,
+                        at + LANES,
+                        LANES.min(output_width - first - LANES),
+                    );
                 }
             }
         }

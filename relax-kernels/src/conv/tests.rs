@@ -225,7 +225,9 @@ fn convolutions_match_naive_loops() {
                 && (case.stride, case.dilation, case.groups) == ((1, 1), (1, 1), 1);
             let mut algorithms = vec![(Algorithm::Unfolded, w.clone())];
             if case.channels == case.groups {
-                algorithms.push((Algorithm::Depthwise, w.clone()));
+                for isa in Isa::available() {
+                    algorithms.push((Algorithm::Depthwise(isa), w.clone()));
+                }
             }
             if case.groups == 1 && case.channels > 0 {
                 // The direct sums, whether or not `direct::computes` would take the case.
