@@ -99,6 +99,8 @@ fn layout_blocked_with(args: &Arguments<'_>, isa: Isa) -> Result<(), String> {
                     }
                     return;
                 }
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = isa; // Only x86-64 has the others.
                 if to_blocks {
                     let blocked_row = std::slice::from_raw_parts_mut(out.at(blocked_at), row);
                     let rows = std::array::from_fn(|lane| {
