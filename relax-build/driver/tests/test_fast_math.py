@@ -18,9 +18,10 @@ import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
 import compiled_models  # noqa: E402,F401  (registers relax_runtime.output for the VM)
+from host_cpu import VECTOR_CPU  # noqa: E402
 from relax_driver import build  # noqa: E402
 
-TARGET = {"kind": "llvm", "mcpu": "x86-64-v4"}
+TARGET = {"kind": "llvm", "mcpu": VECTOR_CPU}
 # The default x86-64 target (SSE2): no vector floor, so `floor` would be a libm call too.
 BASELINE = {"kind": "llvm"}
 

@@ -16,9 +16,10 @@ import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 from tvm.relax.backend.cpu_generic import pipeline as cpu  # noqa: E402
 
+from host_cpu import VECTOR_CPU  # noqa: E402
 from relax_driver import build, schedules  # noqa: E402
 
-TARGET = {"kind": "llvm", "mcpu": "x86-64-v4"}
+TARGET = {"kind": "llvm", "mcpu": VECTOR_CPU}
 
 
 def norm_scale_relu(shape):

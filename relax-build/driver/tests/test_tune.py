@@ -17,9 +17,10 @@ import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
+from host_cpu import VECTOR_CPU  # noqa: E402
 from relax_driver import tune  # noqa: E402
 
-TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v4", "num-cores": 2})
+TARGET = tvm.target.Target({"kind": "llvm", "mcpu": VECTOR_CPU, "num-cores": 2})
 
 
 def tasks(*shapes):
