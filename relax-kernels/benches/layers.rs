@@ -1,7 +1,7 @@
 //! Per-layer figures of every kernel family on the layer shapes of relax-bench's models
-//! (ResNet-50, MiniLM, MobileNetV2, EfficientNet-B0), a detector head's transposed
-//! convolution, a layout transform and a recurrent layer, one core each, with the
-//! core's measured FMA peak: `cargo bench -p relax-kernels` (`-- --quick`: one timed
+//! (ResNet-50, MiniLM, MobileNetV2, EfficientNet-B0, a DBNet detector's FPN), a detector
+//! head's transposed convolution, a layout transform and a recurrent layer, one core
+//! each, with the core's measured FMA peak: `cargo bench -p relax-kernels` (`-- --quick`: one timed
 //! run per layer, so that CI keeps the bench building and running; `-- --cold`: the
 //! caches evicted before each timed run; `-- FILTER`: only the rows whose family or
 //! layer contains FILTER).
