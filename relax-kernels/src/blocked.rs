@@ -151,7 +151,7 @@ pub(super) struct ImageTiles<'a> {
 /// 16]` each, so `C` is a multiple of 16), `w` the panels of `shape.filters` filters
 /// (a multiple of 16), `out` and `residual` `[N, F / 16, OH, OW, 16]`, `per_filter` a value
 /// per filter; all valid for the call, and `out` overlaps none of the others. One group.
-/// `isa` one of [`Isa::available`].
+/// `isa` one this CPU runs ([`Isa::runs_here`]).
 pub(crate) unsafe fn blocked_conv(
     shape: &Conv2d,
     input_blocked: bool,

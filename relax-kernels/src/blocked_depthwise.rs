@@ -130,8 +130,8 @@ struct Block<'a> {
 /// `x` holds `shape.batch` blocked images of `shape.channels` channels (a multiple of
 /// 16), `w` `[C, 1, KH, KW]`, `out` and `residual` `[N, C / 16, OH, OW, 16]`,
 /// `per_filter` a value per channel; all valid for the call, and `out` overlaps none of
-/// the others. `shape.groups == shape.channels == shape.filters`. `isa` one of
-/// [`Isa::available`].
+/// the others. `shape.groups == shape.channels == shape.filters`. `isa`
+/// a kind this CPU runs ([`Isa::runs_here`]).
 pub(crate) unsafe fn blocked_depthwise(
     shape: &Conv2d,
     isa: Isa,

@@ -100,7 +100,7 @@ impl Plan {
 /// `computes(shape)`; `x` holds `shape.batch` images `[C / 16, H, W, 16]`, `w`
 /// `tile.values() * ceil(F / 64) * C * 64` values, `out` and `residual` `[N, F / 16, OH,
 /// OW, 16]`, `per_filter` a value per filter; all valid for the call, and `out` overlaps
-/// none of the others. `isa` one of [`Isa::available`].
+/// none of the others. `isa` one this CPU runs ([`Isa::runs_here`]).
 pub(crate) unsafe fn blocked_winograd(
     shape: &Conv2d,
     tile: Tile,

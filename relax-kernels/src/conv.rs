@@ -376,7 +376,7 @@ impl Algorithm {
                     blocked_winograd::blocked_winograd(shape, tile, isa, operands, launch)
                 }
                 Algorithm::BlockedDepthwise(isa) => blocked_depthwise(shape, isa, operands, launch),
-                Algorithm::Direct(sums) => direct_conv(shape, sums, operands, launch),
+                Algorithm::Direct(isa) => direct_conv(shape, isa, operands, launch),
             }
         }
     }
@@ -603,8 +603,8 @@ pub(crate) unsafe fn conv2d_into(
 /// Tasks share out the output planes; strides 1 and 2 use the instructions of `isa`.
 ///
 /// # Safety
-/// As [`conv2d_into`], with `shape.channels == shape.groups`; `isa` one of
-/// [`Isa::available`].
+/// As [`conv2d_into`], with `shape.channels == shape.groups`; `isa`
+/// a kind this CPU runs ([`Isa::runs_here`]).
 pub(crate) unsafe fn depthwise_conv(
     shape: &Conv2d,
     isa: Isa,

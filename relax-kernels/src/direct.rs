@@ -93,15 +93,16 @@ impl PhaseRows {
 }
 
 /// `out = epilogue(conv2d(x, w) * scale + shift + residual)` by direct sums, with `w`
-/// OIHW and every tensor NCHW; the sums made by `sums`.
+/// OIHW and every tensor NCHW; the sums made with the instructions of `isa`.
 ///
 /// # Safety
 /// `x` holds `shape.batch * C * H * W` values, `w` `[F, C, KH, KW]`, `out` and `residual`
 /// `[N, F, OH, OW]`, `per_filter` a value per filter; all valid for the call, and `out`
-/// overlaps none of the others. `shape.groups == 1`. `sums` one of [`Isa::available`].
+/// overlaps none of the others. `shape.groups == 1`. `isa` one this CPU runs
+/// ([`Isa::runs_here`]).
 pub(crate) unsafe fn direct_conv(
     shape: &Conv2d,
-    sums: Isa,
+    isa: Isa,
     operands: Operands<'_>,
     launch: Launch,
 ) -> Result<(), String> {
@@ -222,7 +223,7 @@ pub(crate) unsafe fn direct_conv(
                     };
                     // Whether the sums were finished as they were stored (but a GELU, SiLU
                     // or hard-swish).
-                    let in_registers = match sums {
+                    let in_registers = match isa {
                         #[cfg(target_arch = "x86_64")]
                         Isa::Avx512 => {
                             // SAFETY: the caller's contract: the CPU has AVX-512F.

@@ -36,8 +36,8 @@ pub(crate) const PIXELS_PER_TILE: usize = 6;
 /// 64 but for the last panel) for `pixels`, stored unfinished in `out`.
 ///
 /// # Safety
-/// `isa` one of [`Isa::available`]; `panels` holds panel `panel`'s `depth x 64`
-/// values, `x` the `depth` rows of `pixels`, `out` the panel's filter rows over
+/// `isa` one this CPU runs ([`Isa::runs_here`]); `panels` holds panel `panel`'s
+/// `depth x 64` values, `x` the `depth` rows of `pixels`, `out` the panel's filter rows over
 /// `pixels`, all valid for the call; those outputs are written by no other thread
 /// meanwhile and overlap no operand.
 pub(crate) unsafe fn multiply_panel(

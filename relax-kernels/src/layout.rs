@@ -27,11 +27,7 @@ pub(crate) fn layout_blocked(args: &Arguments<'_>) -> Result<(), String> {
 /// [`layout_blocked`], transposing in the registers of `isa` (the tests run every one
 /// the CPU has; one it lacks is taken as the portable loops).
 fn layout_blocked_with(args: &Arguments<'_>, isa: Isa) -> Result<(), String> {
-    let isa = if Isa::available().contains(&isa) {
-        isa
-    } else {
-        Isa::Portable
-    };
+    let isa = if isa.runs_here() { isa } else { Isa::Portable };
     args.expect_count(2)?;
     let name = args.name;
     let x = args.tensor(0, None)?;

@@ -49,7 +49,7 @@ pub(crate) struct After<'a> {
 /// # Safety
 /// `x` holds `m x k`, `panels` the packed `k x n` weights, `after.bias` `n` values,
 /// `after.residual` and `out` `m x n`, valid for the call; `out` overlaps none of them;
-/// `isa` one of [`Isa::available`].
+/// `isa` one this CPU runs ([`Isa::runs_here`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn dense_panels_into(
     m: usize,

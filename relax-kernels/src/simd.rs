@@ -67,29 +67,36 @@ pub(crate) enum Isa {
 }
 
 impl Isa {
-    /// The best this CPU runs.
+    /// The best this CPU runs (no allocation: the kernels ask on every call).
     pub(crate) fn best() -> Isa {
-        *Isa::available().last().expect("the portable one at least")
+        [Isa::Avx512, Isa::Avx2]
+            .into_iter()
+            .find(|isa| isa.runs_here())
+            .unwrap_or(Isa::Portable)
     }
 
-    /// Every one this CPU runs, the portable one first.
+    /// Every one this CPU runs, the portable one first (the tests run each).
+    #[cfg(test)]
     pub(crate) fn available() -> Vec<Isa> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let avx2 = std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma");
-            [Isa::Portable, Isa::Avx2, Isa::Avx512]
-                .into_iter()
-                .filter(|&isa| {
-                    isa == Isa::Portable
-                        || (isa == Isa::Avx2 && avx2)
-                        || (isa == Isa::Avx512 && avx512_available())
-                })
-                .collect()
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            vec![Isa::Portable]
+        [Isa::Portable, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|isa| isa.runs_here())
+            .collect()
+    }
+
+    /// Whether this CPU has the instructions of `self`.
+    pub(crate) fn runs_here(self) -> bool {
+        match self {
+            Isa::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => avx512_available(),
+            #[cfg(not(target_arch = "x86_64"))]
+            Isa::Avx2 | Isa::Avx512 => false,
         }
     }
 }

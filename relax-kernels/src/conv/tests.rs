@@ -231,8 +231,8 @@ fn convolutions_match_naive_loops() {
             }
             if case.groups == 1 && case.channels > 0 {
                 // The direct sums, whether or not `direct::computes` would take the case.
-                for sums in crate::simd::Isa::available() {
-                    algorithms.push((Algorithm::Direct(sums), w.clone()));
+                for isa in Isa::available() {
+                    algorithms.push((Algorithm::Direct(isa), w.clone()));
                 }
             }
             if case.groups == 1 {
@@ -891,4 +891,35 @@ fn the_kernel_picks_winograd_or_direct_sums_from_the_shapes() {
         .unwrap();
         assert_close_within(&out, &expected, rounding, &format!("{case:?}"));
     }
+}
+
+/// The direct sums refuse a convolution of no input channels (`direct::computes` never
+/// picks one; asked for it, they say why instead of summing nothing).
+#[test]
+fn direct_sums_refuse_a_convolution_of_no_channels() {
+    let case = Conv2d {
+        batch: 1,
+        ..shape(0, 20, 8, 3, 1, 1, 1, 1)
+    };
+    let (oh, ow) = case.output().unwrap();
+    let mut out = vec![f32::NAN; case.filters * oh * ow];
+    // SAFETY: no input or weight value is read; `out` has the output's size.
+    let result = unsafe {
+        Algorithm::Direct(Isa::Portable).convolve(
+            &case,
+            Operands {
+                x: [].as_ptr(),
+                w: [].as_ptr(),
+                per_filter: None,
+                residual: None,
+                epilogue: Epilogue::None,
+                out: Shared(out.as_mut_ptr()),
+            },
+            three_threads,
+        )
+    };
+    assert_eq!(
+        result,
+        Err("a direct convolution needs input channels and kernel taps".to_string())
+    );
 }
