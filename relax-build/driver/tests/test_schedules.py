@@ -16,6 +16,7 @@ import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 from tvm.relax.backend.cpu_generic import pipeline as cpu  # noqa: E402
 
+import compiled_models  # noqa: E402, F401  (registers relax_runtime.output, which the models call)
 from host_cpu import VECTOR_CPU  # noqa: E402
 from relax_driver import build, schedules  # noqa: E402
 
@@ -214,6 +215,33 @@ class Pools(unittest.TestCase):
             expected = reference_pool(nchw, size, stride, pad, is_max)
             expected = expected.reshape(1, 2, 16, *expected.shape[2:]).transpose(0, 1, 3, 4, 2)
             np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+class PlaneMeans(unittest.TestCase):
+    def test_a_blocked_planes_mean_sums_16_channels_a_step_in_parallel_over_blocks(self):
+        # A squeeze-excitation's pool on [N, C/16, H, W, 16]: not one parallel iteration
+        # per channel reading one value of each cache line (dlight's `Reduction`), but
+        # the blocks in parallel, each summing its plane 16 channels at a time.
+        target = tvm.target.Target(TARGET)
+        generator = np.random.default_rng(8)
+        for shape in ([1, 2, 30, 40, 16], [2, 3, 7, 5, 16]):
+            module = pooled(shape, lambda x: relax.op.mean(x, axis=[2, 3], keepdims=True))
+            (function,) = scheduled_functions(module, target)
+            script = function.script()
+            blocks = shape[0] * shape[1]
+            self.assertIn(f"T.parallel(T.int64({blocks}))", script)
+            self.assertRegex(script, r"for ax\d+_init in T.vectorized\(T.int64\(16\)\)")
+            self.assertRegex(script, rf"for ax\d+, ax\d+, ax\d+ in T.grid\(T.int64\({shape[2]}\), T.int64\({shape[3]}\), T.int64\(16\)\)")
+            x = generator.standard_normal(shape).astype(np.float32)
+            executable = build.compile_module(module, target, {"pipeline": "zero", "opt_level": 3})
+            actual = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+            np.testing.assert_allclose(actual, x.astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+
+    def test_a_mean_along_rows_is_left_to_dlight(self):
+        # The innermost index of what it reads is the reduction's: not a sum of vectors.
+        module = pooled([1, 32, 7, 20], lambda x: relax.op.mean(x, axis=[3], keepdims=True))
+        script = "\n".join(function.script() for function in scheduled_functions(module, tvm.target.Target(TARGET)))
+        self.assertNotRegex(script, r"_init in T.vectorized")
 
 
 if __name__ == "__main__":
