@@ -593,6 +593,8 @@ fn convolutions() -> Vec<Conv> {
         conv("MobileNetV2", 384, 384, 14, 3, 1, 384),
         conv("MobileNetV2", 960, 960, 7, 3, 1, 960),
         conv("EfficientNet-B0", 240, 240, 28, 5, 1, 240),
+        conv("EfficientNet-B0", 16, 96, 112, 1, 1, 1),
+        conv("EfficientNet-B0", 24, 144, 56, 1, 1, 1),
         conv("MobileNetV2", 32, 16, 112, 1, 1, 1),
         conv("MobileNetV2", 144, 32, 28, 1, 1, 1),
         conv("MobileNetV2", 960, 320, 7, 1, 1, 1),

@@ -28,7 +28,7 @@ use super::epilogue::{add, Epilogue};
 use super::panels::PANEL;
 use super::parallel::{for_each_unit, Launch, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
-use super::simd::Isa;
+use super::simd::{multiversion, Isa};
 use super::winograd::{input_transform4, output_transform4, Tile};
 
 /// The most values of a transformed tile: F(4x4, 3x3)'s 6x6.
@@ -75,6 +75,43 @@ pub fn transform_weights(weights: &[f32], filters: usize, channels: usize, tile:
         }
     }
     out
+}
+
+multiversion! {
+    /// [`transform_weights`] of a 3x3 kernel packed in filter panels, `[ceil(F / 64), C,
+    /// 3, 3, 64]` (zeros past the last filter), into `out`, `[tile.values(), ceil(F / 64),
+    /// C, 64]` (every value written): the 64 filters of a panel's channel at a time, in
+    /// float32 (a kernel whose panels relax-runtime packed when the model loaded, over
+    /// planes whose size was not known when it was compiled).
+    pub(crate) fn transform_panels_into(panels: &[f32], channels: usize, tile: Tile, out: &mut [f32]) {
+        let g = tile.kernel_transform();
+        let side = g.len();
+        let kernel_values = 9 * PANEL;
+        let panel_count = panels.len() / (channels * kernel_values).max(1);
+        for (index, kernel) in panels.chunks_exact(kernel_values).enumerate() {
+            let (panel, channel) = (index / channels, index % channels);
+            for (i, g_i) in g.iter().enumerate() {
+                // Row i of G g, for each of the 64 filters.
+                let mut left = [[0f32; PANEL]; 3];
+                for (column, sums) in left.iter_mut().enumerate() {
+                    for (t, coefficient) in g_i.iter().enumerate() {
+                        let tap = &kernel[(t * 3 + column) * PANEL..][..PANEL];
+                        let coefficient = *coefficient as f32;
+                        sums.iter_mut().zip(tap).for_each(|(sum, weight)| *sum += coefficient * weight);
+                    }
+                }
+                for (j, g_j) in g.iter().enumerate() {
+                    let xi = i * side + j;
+                    let run = &mut out[((xi * panel_count + panel) * channels + channel) * PANEL..][..PANEL];
+                    run.fill(0.0);
+                    for (sums, coefficient) in left.iter().zip(g_j) {
+                        let coefficient = *coefficient as f32;
+                        run.iter_mut().zip(sums).for_each(|(value, sum)| *value += coefficient * sum);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The sizes of one image's tiles and transformed tensors.
@@ -514,7 +551,36 @@ fn output_transform2(x: &[[f32; BLOCK]; 4]) -> [[f32; BLOCK]; 2] {
 
 #[cfg(test)]
 mod tests {
-    use super::{transform_products, transform_row, InputRows, Tile, BLOCK, MAX_VALUES};
+    use super::{
+        transform_panels_into, transform_products, transform_row, transform_weights, InputRows,
+        Tile, BLOCK, MAX_VALUES, PANEL,
+    };
+
+    /// The transform of a kernel packed in filter panels is that of its OIHW form (in
+    /// float32 against float64 arithmetic: within a few ulp), zeros past the last filter
+    /// included: 70 filters (a panel and 6 filters of the next), 5 channels.
+    #[test]
+    fn kernels_in_filter_panels_transform_as_their_oihw_form() {
+        let (filters, channels) = (70, 5);
+        let oihw: Vec<f32> = (0..filters * channels * 9)
+            .map(|index| ((index * 37 % 101) as f32 - 50.0) / 17.0)
+            .collect();
+        let panels = crate::panels::pack(channels * 9, filters, |row, filter| {
+            oihw[filter * channels * 9 + row]
+        });
+        for tile in [Tile::Two, Tile::Four] {
+            let expected = transform_weights(&oihw, filters, channels, tile);
+            let mut actual = vec![f32::NAN; expected.len()];
+            transform_panels_into(&panels, channels, tile, &mut actual);
+            for (index, (actual, expected)) in actual.iter().zip(&expected).enumerate() {
+                assert!(
+                    (actual - expected).abs() <= 1e-6 * (1.0 + expected.abs()),
+                    "{tile:?}, value {index}: {actual} vs {expected}"
+                );
+            }
+            assert_eq!(expected.len(), tile.values() * 2 * channels * PANEL);
+        }
+    }
 
     #[test]
     fn the_transforms_compute_a_3x3_correlation_of_a_patch() {

@@ -1116,6 +1116,38 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         epilogue,
         out: Shared(out.data),
     };
+    if let Algorithm::Blocked {
+        input_blocked: true,
+        isa,
+    } = algorithm
+    {
+        if packed && winograd_per_call(&shape) && blocked_winograd::computes(&shape) {
+            let tile = Tile::Four;
+            let panels = shape.filters.div_ceil(PANEL);
+            return reuse(&WINOGRAD_KERNEL, |buffer| {
+                let u = prefix(buffer, tile.values() * panels * shape.channels * PANEL);
+                // SAFETY: a kernel in filter panels of one group, 3x3 (checked above and
+                // by `winograd_per_call`): `ceil(F / 64) * C * 9 * 64` values, read only.
+                let kernel = unsafe {
+                    std::slice::from_raw_parts(w.data, panels * shape.channels * 9 * PANEL)
+                };
+                blocked_winograd::transform_panels_into(kernel, shape.channels, tile, u);
+                // SAFETY: the shapes were checked above (a blocked `x` and `out`), what
+                // `blocked_winograd::computes`, and `u` is the kernel's transform in the
+                // blocked Winograd form, `[36, ceil(F / 64), C, 64]`.
+                unsafe {
+                    Algorithm::BlockedWinograd { tile, isa }.convolve(
+                        &shape,
+                        Operands {
+                            w: u.as_ptr(),
+                            ..operands
+                        },
+                        args.launch,
+                    )
+                }
+            });
+        }
+    }
     if algorithm == Algorithm::Unfolded && winograd_per_call(&shape) {
         let (filters, channels) = (shape.filters, shape.channels);
         return reuse(&WINOGRAD_KERNEL, |buffer| {
@@ -1156,13 +1188,15 @@ const WINOGRAD_PER_CALL_PIXELS: usize = 64 * 64;
 const WINOGRAD_PER_CALL_CHANNELS: usize = 16;
 
 /// Whether a 3x3 convolution (stride 1, no dilation, one group) whose kernel came OIHW
-/// is computed by Winograd F(4x4, 3x3) with its kernel transformed on each call, instead
-/// of im2col: over large planes, on CPUs without AVX-512. relax-build packs kernels in
-/// Winograd form at load only where the sizes are static and there are at least 64
-/// channels and filters (the layers its thresholds were measured on, with AVX-512); a
-/// detector's FPN layers over symbolic planes come OIHW. With AVX2, one core, 96 to 24
-/// channels over 120x120: 9.3 ms by Winograd against 13.8 by im2col (the transform of
-/// the kernel on each call is a small part: 24 x 96 kernels of 9 values).
+/// or in filter panels is computed by Winograd F(4x4, 3x3) with its kernel transformed
+/// on each call, instead of im2col or the blocked kernel's direct sums: over large
+/// planes, on CPUs without AVX-512. relax-build packs kernels in Winograd form at load
+/// only where the sizes are static and there are at least 64 channels and filters (the
+/// layers its thresholds were measured on, with AVX-512); a detector's FPN layers over
+/// symbolic planes come OIHW, or in filter panels on blocked tensors. With AVX2, one
+/// core, 96 to 24 channels over 120x120: 9.3 ms by Winograd against 13.8 by im2col (the
+/// transform of the kernel on each call is a small part: 24 x 96 kernels of 9 values);
+/// blocked, 96 to 32 channels: 5.1 ms against 10.0 by direct sums.
 fn winograd_per_call(shape: &Conv2d) -> bool {
     let pixels = shape.output().map_or(0, |(height, width)| height * width);
     shape.kernel == (3, 3)

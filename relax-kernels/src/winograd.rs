@@ -52,6 +52,14 @@ impl Tile {
         self.input() * self.input()
     }
 
+    /// `G` of the kernel transform `U = G g Gᵀ`: `input()` rows of 3.
+    pub(crate) fn kernel_transform(self) -> &'static [[f64; 3]] {
+        match self {
+            Tile::Two => &G2,
+            Tile::Four => &G4,
+        }
+    }
+
     /// The variant whose transformed kernels have `values` values per kernel.
     pub fn of_values(values: usize) -> Option<Tile> {
         [Tile::Two, Tile::Four]
@@ -83,6 +91,24 @@ pub fn transform_weights(weights: &[f32], filters: usize, channels: usize, tile:
     out
 }
 
+/// `G` of F(2x2, 3x3).
+const G2: [[f64; 3]; 4] = [
+    [1.0, 0.0, 0.0],
+    [0.5, 0.5, 0.5],
+    [0.5, -0.5, 0.5],
+    [0.0, 0.0, 1.0],
+];
+
+/// `G` of F(4x4, 3x3).
+const G4: [[f64; 3]; 6] = [
+    [1.0 / 4.0, 0.0, 0.0],
+    [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+    [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+    [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+    [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+    [0.0, 0.0, 1.0],
+];
+
 /// [`transform_weights`] into `out` (`tile.values() * filters * channels` values, every
 /// one written).
 pub(crate) fn transform_weights_into(
@@ -92,24 +118,7 @@ pub(crate) fn transform_weights_into(
     tile: Tile,
     out: &mut [f32],
 ) {
-    const G2: [[f64; 3]; 4] = [
-        [1.0, 0.0, 0.0],
-        [0.5, 0.5, 0.5],
-        [0.5, -0.5, 0.5],
-        [0.0, 0.0, 1.0],
-    ];
-    const G4: [[f64; 3]; 6] = [
-        [1.0 / 4.0, 0.0, 0.0],
-        [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
-        [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
-        [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
-        [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
-        [0.0, 0.0, 1.0],
-    ];
-    let g: &[[f64; 3]] = match tile {
-        Tile::Two => &G2,
-        Tile::Four => &G4,
-    };
+    let g = tile.kernel_transform();
     let side = g.len();
     for (index, kernel) in weights.chunks_exact(9).enumerate().take(filters * channels) {
         let (filter, channel) = (index / channels, index % channels);

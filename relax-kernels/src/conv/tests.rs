@@ -842,9 +842,10 @@ fn the_kernel_takes_winograd_and_filter_panel_forms_and_refuses_other_ones() {
 
 /// Through the kernel's arguments, the layers whose algorithm the kernel picks itself
 /// from the shapes, against naive loops: a 3x3 layer over a 64x66 plane (Winograd with
-/// the kernel transformed on this call, on CPUs without AVX-512; im2col otherwise) and
-/// an image's 3 channels onto 8 filters (direct sums where the CPU has AVX2 or
-/// AVX-512).
+/// the kernel transformed on this call, on CPUs without AVX-512; im2col otherwise), the
+/// same on blocked tensors with the kernel in filter panels (blocked Winograd, or direct
+/// sums) and an image's 3 channels onto 8 filters (direct sums where the CPU has AVX2
+/// or AVX-512).
 #[test]
 fn the_kernel_picks_winograd_or_direct_sums_from_the_shapes() {
     for (case, rounding) in [
@@ -891,6 +892,48 @@ fn the_kernel_picks_winograd_or_direct_sums_from_the_shapes() {
         .unwrap();
         assert_close_within(&out, &expected, rounding, &format!("{case:?}"));
     }
+    // Blocked, the kernel in filter panels (as relax-runtime packs it at load): Winograd
+    // with the panels transformed on this call, on CPUs without AVX-512; direct sums
+    // otherwise.
+    let case = Conv2d {
+        batch: 1,
+        ..shape(16, 64, 32, 3, 1, 1, 1, 1)
+    };
+    let (oh, ow) = case.output().unwrap();
+    let (plane, pixels) = (case.height * case.width, oh * ow);
+    let x = values(case.channels * plane, 3);
+    let w = values(case.filters * case.channels * 9, 4);
+    let expected = to_blocked(&naive(&case, &x, &w, None), 1, case.filters, pixels);
+    let depth = case.channels * 9;
+    let panels = crate::weights::pack_panels(depth, case.filters, |k, f| w[f * depth + k]);
+    let blocked_x = to_blocked(&x, 1, case.channels, plane);
+    let mut out = vec![f32::NAN; expected.len()];
+    let blocks = |channels: usize| (channels / BLOCK) as i64;
+    let (x_shape, w_shape, out_shape) = (
+        [
+            1,
+            blocks(case.channels),
+            case.height as i64,
+            case.width as i64,
+            16,
+        ],
+        [1, case.channels as i64, 3, 3, 64],
+        [1, blocks(case.filters), oh as i64, ow as i64, 16],
+    );
+    let mut args = vec![
+        Argument::input(&blocked_x, &x_shape).unwrap(),
+        Argument::input(&panels, &w_shape).unwrap(),
+    ];
+    args.extend([1, 1, 1, 1, 1, 1, 1, 1, 1, 0].map(Argument::int));
+    args.push(Argument::output(&mut out, &out_shape).unwrap());
+    conv2d(&Arguments::new(
+        "relax_runtime.conv2d",
+        &args,
+        three_threads,
+    ))
+    .unwrap();
+    let rounding = 4e-5 * (1.0 + (16.0f32 * 9.0).sqrt());
+    assert_close_within(&out, &expected, rounding, &format!("blocked {case:?}"));
 }
 
 /// The direct sums refuse a convolution of no input channels (`direct::computes` never
