@@ -1,7 +1,7 @@
 //! What a kernel applies to its output block while it is still in cache: a bias per
 //! output column (dense) or channel (convolution), then an activation.
 
-use super::simd::{exp, multiversion};
+use super::simd::{exp_with, mul_add, multiversion};
 
 /// The activation after a kernel, by the code relax-build's driver passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,14 +62,16 @@ impl Epilogue {
 }
 
 multiversion! {
-    fn activate(epilogue: Epilogue, values: &mut [f32]) {
+    fn activate<const FMA: bool>(epilogue: Epilogue, values: &mut [f32]) {
         match epilogue {
             Epilogue::None => {}
             Epilogue::Relu => values.iter_mut().for_each(|value| *value = value.max(0.0)),
-            Epilogue::Gelu => values.iter_mut().for_each(|value| *value = gelu(*value)),
-            Epilogue::GeluTanh => values.iter_mut().for_each(|value| *value = gelu_tanh(*value)),
+            Epilogue::Gelu => values.iter_mut().for_each(|value| *value = gelu::<FMA>(*value)),
+            Epilogue::GeluTanh => {
+                values.iter_mut().for_each(|value| *value = gelu_tanh::<FMA>(*value))
+            }
             Epilogue::Relu6 => values.iter_mut().for_each(|value| *value = relu6(*value)),
-            Epilogue::Silu => values.iter_mut().for_each(|value| *value = silu(*value)),
+            Epilogue::Silu => values.iter_mut().for_each(|value| *value = silu::<FMA>(*value)),
             Epilogue::HardSwish => values.iter_mut().for_each(|value| *value = hard_swish(*value)),
         }
     }
@@ -139,43 +141,44 @@ multiversion! {
 
 /// erf for float32: Eigen's rational approximation on [-4, 4] (erf is ±1 beyond, to
 /// float precision), a few ulp from the exact value, and branch-free so it vectorizes.
+/// (Its multiply-adds fused where `FMA`, see [`multiversion!`].)
 #[inline(always)]
-pub(crate) fn erf(x: f32) -> f32 {
+pub(crate) fn erf<const FMA: bool>(x: f32) -> f32 {
     let x = x.clamp(-4.0, 4.0);
     let x2 = x * x;
     let mut p = -2.726_142_3e-10_f32;
-    p = p * x2 + 2.770_681_4e-8;
-    p = p * x2 - 2.101_024e-6;
-    p = p * x2 - 5.692_506_4e-5;
-    p = p * x2 - 7.349_906e-4;
-    p = p * x2 - 2.954_6e-3;
-    p = p * x2 - 1.609_603_3e-2;
+    p = mul_add::<FMA>(p, x2, 2.770_681_4e-8);
+    p = mul_add::<FMA>(p, x2, -2.101_024e-6);
+    p = mul_add::<FMA>(p, x2, -5.692_506_4e-5);
+    p = mul_add::<FMA>(p, x2, -7.349_906e-4);
+    p = mul_add::<FMA>(p, x2, -2.954_6e-3);
+    p = mul_add::<FMA>(p, x2, -1.609_603_3e-2);
     let mut q = -1.456_607_2e-5_f32;
-    q = q * x2 - 2.133_740_6e-4;
-    q = q * x2 - 1.682_827e-3;
-    q = q * x2 - 7.373_329e-3;
-    q = q * x2 - 1.426_474e-2;
+    q = mul_add::<FMA>(q, x2, -2.133_740_6e-4);
+    q = mul_add::<FMA>(q, x2, -1.682_827e-3);
+    q = mul_add::<FMA>(q, x2, -7.373_329e-3);
+    q = mul_add::<FMA>(q, x2, -1.426_474e-2);
     x * p / q
 }
 
 #[inline(always)]
-fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+fn gelu<const FMA: bool>(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf::<FMA>(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 /// `x sigmoid(x) = x / (1 + e^-x)`, on the vectorizable exp (which clamps its argument:
 /// a large |x| gives x, or a tiny value below, never a NaN).
 #[inline(always)]
-fn silu(x: f32) -> f32 {
-    x / (1.0 + exp(-x))
+fn silu<const FMA: bool>(x: f32) -> f32 {
+    x / (1.0 + exp_with::<FMA>(-x))
 }
 
 /// `0.5 x (1 + tanh(u))` with `tanh(u) = 1 - 2 / (e^(2u) + 1)`, on the vectorizable exp.
 #[inline(always)]
-fn gelu_tanh(x: f32) -> f32 {
+fn gelu_tanh<const FMA: bool>(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     let u = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
-    let tanh = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
+    let tanh = 1.0 - 2.0 / (exp_with::<FMA>(2.0 * u) + 1.0);
     0.5 * x * (1.0 + tanh)
 }
 
@@ -199,10 +202,12 @@ mod tests {
         }
         for step in -400..=400 {
             let x = step as f64 / 100.0;
-            let error = (erf(x as f32) as f64 - reference(x)).abs();
-            assert!(error < 4e-7, "erf({x}): error {error}");
+            for erf in [erf::<false>, erf::<true>] {
+                let error = (erf(x as f32) as f64 - reference(x)).abs();
+                assert!(error < 4e-7, "erf({x}): error {error}");
+            }
         }
-        assert_eq!(erf(10.0), erf(4.0));
+        assert_eq!(erf::<false>(10.0), erf::<false>(4.0));
     }
 
     #[test]

@@ -22,7 +22,7 @@
 use std::sync::Mutex;
 
 use super::parallel::Launch;
-use super::simd::{exp, multiversion};
+use super::simd::{exp_with, multiversion};
 use super::tensor::{Arguments, View};
 
 /// The recurrent layer kinds, by the code the driver passes.
@@ -244,7 +244,7 @@ fn multiply_add_into(values: &mut [f32], weights: &[f32], x: &[f32]) {
 multiversion! {
     /// `values[i] = activation(clip(values[i]))`, a loop per activation, so that the
     /// common ones (sigmoid, tanh) vectorize.
-    fn activate(activation: Activation, clip: Option<f32>, values: &mut [f32]) {
+    fn activate<const FMA: bool>(activation: Activation, clip: Option<f32>, values: &mut [f32]) {
         if let Some(limit) = clip {
             for value in values.iter_mut() {
                 *value = value.clamp(-limit, limit);
@@ -253,12 +253,12 @@ multiversion! {
         match activation {
             Activation::Sigmoid => {
                 for value in values.iter_mut() {
-                    *value = 1.0 / (1.0 + exp(-*value));
+                    *value = 1.0 / (1.0 + exp_with::<FMA>(-*value));
                 }
             }
             Activation::Tanh => {
                 for value in values.iter_mut() {
-                    *value = tanh(*value);
+                    *value = tanh::<FMA>(*value);
                 }
             }
             other => {
@@ -270,13 +270,13 @@ multiversion! {
     }
 }
 
-/// `tanh(x)` from [`exp`], without branches or calls: `(1 - e) / (1 + e)` with
+/// `tanh(x)` from [`exp_with`], without branches or calls: `(1 - e) / (1 + e)` with
 /// `e = e^(-2|x|)`, signed as `x`, and `x` itself below 2^-12 in magnitude (where
 /// `tanh(x) = x - x³/3` differs from `x` by under 2^-37 relative, and the quotient
 /// would lose digits).
 #[inline(always)]
-fn tanh(x: f32) -> f32 {
-    let e = exp(-2.0 * x.abs());
+fn tanh<const FMA: bool>(x: f32) -> f32 {
+    let e = exp_with::<FMA>(-2.0 * x.abs());
     let magnitude = (1.0 - e) / (1.0 + e);
     if x.abs() < 1.0 / 4096.0 {
         x

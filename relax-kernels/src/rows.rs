@@ -11,7 +11,7 @@ const INLINE_ELEMENTS: usize = 16 * 1024;
 
 multiversion! {
     /// `out = softmax(input + mask)` over one row.
-    fn softmax_row(input: &[f32], mask: Option<&[f32]>, out: &mut [f32]) {
+    fn softmax_row<const FMA: bool>(input: &[f32], mask: Option<&[f32]>, out: &mut [f32]) {
         match mask {
             Some(mask) => {
                 for ((slot, value), addend) in out.iter_mut().zip(input).zip(mask) {
@@ -22,7 +22,7 @@ multiversion! {
         }
         let top = simd::max(out);
         for slot in out.iter_mut() {
-            *slot = simd::exp(*slot - top);
+            *slot = simd::exp_with::<FMA>(*slot - top);
         }
         let scale = 1.0 / simd::sum(out);
         for slot in out.iter_mut() {

@@ -1,5 +1,5 @@
 //! Element-wise loops compiled for the best vector instructions of the CPU they run on,
-//! and a branch-free `exp` those loops can vectorize.
+//! and a branch-free `exp_with` those loops can vectorize.
 //!
 //! The crate is compiled for the target's baseline (SSE2 on x86_64), so a plain loop
 //! gets 4 lanes. [`multiversion!`] compiles a function body three times (AVX-512, AVX2 +
@@ -7,21 +7,32 @@
 
 /// Defines `fn $name(args)` whose body is compiled for AVX-512, AVX2 + FMA and the
 /// baseline, and dispatched on the running CPU's features (cached by std).
+///
+/// Written `fn $name<const FMA: bool>(args)` (any name for the constant), the body also
+/// knows whether the variant it is compiled into has fused multiply-adds: true for the
+/// AVX2 and AVX-512 variants and on aarch64, false for the x86-64 baseline. It passes
+/// it on to [`mul_add`] and [`exp_with`]: Rust never fuses `a * b + c` itself, and
+/// `f32::mul_add` where the CPU has no FMA is a call to a software fma.
 macro_rules! multiversion {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $crate::simd::multiversion! {
+            $(#[$meta])* $vis fn $name<const _FMA: bool>($($arg: $ty),*) $body
+        }
+    };
+    ($(#[$meta:meta])* $vis:vis fn $name:ident<const $fma:ident: bool>($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
         $(#[$meta])*
         $vis fn $name($($arg: $ty),*) {
             #[inline(always)]
-            fn generic($($arg: $ty),*) $body
+            fn generic<const $fma: bool>($($arg: $ty),*) $body
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
                 unsafe fn avx512($($arg: $ty),*) {
-                    generic($($arg),*)
+                    generic::<true>($($arg),*)
                 }
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn avx2($($arg: $ty),*) {
-                    generic($($arg),*)
+                    generic::<true>($($arg),*)
                 }
                 if std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("avx512vl")
@@ -35,7 +46,7 @@ macro_rules! multiversion {
                     return unsafe { avx2($($arg),*) };
                 }
             }
-            generic($($arg),*)
+            generic::<{ cfg!(target_arch = "aarch64") }>($($arg),*)
         }
     };
 }
@@ -148,12 +159,27 @@ pub(crate) fn max(values: &[f32]) -> f32 {
     lanes.iter().copied().fold(rest, f32::max)
 }
 
+/// `a * b + c`, one fused multiply-add where `FMA` (see [`multiversion!`]), else a
+/// multiply and an add.
+#[inline(always)]
+pub(crate) fn mul_add<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
 /// `e^x` for float32 without branches or calls, so that loops over it vectorize: Cephes'
 /// `expf` (range reduction by ln 2, a degree-5 polynomial), within 2 ulp of the exact
 /// value. Inputs are clamped to [-87.3, 88.3]: below, the result is about 1.2e-38
 /// instead of a subnormal or 0; above, about 2.2e38 instead of overflowing to infinity.
+///
+/// Its multiply-adds are fused where `FMA` (see [`multiversion!`]): on AVX2, a SiLU
+/// over 4096 values took 0.45 ns a value so, against 0.77 with separate multiplies and
+/// adds (the polynomial's chain of dependent operations is half as long).
 #[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
+pub(crate) fn exp_with<const FMA: bool>(x: f32) -> f32 {
     const LOG2_E: f32 = std::f32::consts::LOG2_E;
     // ln 2 split in two so that `n * LN2_HIGH` is exact.
     const LN2_HIGH: f32 = 0.693_359_4;
@@ -161,17 +187,17 @@ pub(crate) fn exp(x: f32) -> f32 {
     // Adding then subtracting 1.5 * 2^23 rounds to the nearest integer (|v| < 2^22).
     const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.3, 88.3);
-    let rounded = x * LOG2_E + ROUND;
+    let rounded = mul_add::<FMA>(x, LOG2_E, ROUND);
     let n = rounded - ROUND;
-    let r = x - n * LN2_HIGH - n * LN2_LOW;
+    let r = mul_add::<FMA>(-n, LN2_LOW, mul_add::<FMA>(-n, LN2_HIGH, x));
     let r2 = r * r;
     let mut p = 1.987_569_1e-4_f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let e_r = p * r2 + r + 1.0;
+    p = mul_add::<FMA>(p, r, 1.398_199_9e-3);
+    p = mul_add::<FMA>(p, r, 8.333_452e-3);
+    p = mul_add::<FMA>(p, r, 4.166_579_6e-2);
+    p = mul_add::<FMA>(p, r, 1.666_666_5e-1);
+    p = mul_add::<FMA>(p, r, 0.5);
+    let e_r = mul_add::<FMA>(p, r2, r + 1.0);
     // 2^n from its exponent bits; n is in [-126, 127] after the clamp. `rounded` is
     // 1.5 * 2^23 + n exactly, so n is the difference of their bits: integer arithmetic
     // that vectorizes, where `n as i32` (a saturating conversion) was converted lane by
@@ -187,19 +213,24 @@ mod tests {
 
     #[test]
     fn exp_is_within_two_ulp_where_it_does_not_clamp() {
-        let mut worst = 0f64;
-        for step in -87_000..=88_000 {
-            let x = step as f32 / 1000.0;
-            let exact = (x as f64).exp();
-            let ulp = (exact as f32).abs() * f32::EPSILON;
-            worst = worst.max(((exp(x) as f64) - exact).abs() / ulp as f64);
+        fn check(exp: fn(f32) -> f32) {
+            let mut worst = 0f64;
+            for step in -87_000..=88_000 {
+                let x = step as f32 / 1000.0;
+                let exact = (x as f64).exp();
+                let ulp = (exact as f32).abs() * f32::EPSILON;
+                worst = worst.max(((exp(x) as f64) - exact).abs() / ulp as f64);
+            }
+            assert!(worst <= 2.0, "worst error {worst} ulp");
+            assert_eq!(exp(0.0), 1.0);
+            assert!(exp(-1000.0) < 2e-38 && exp(-1000.0) >= 0.0);
+            assert!(exp(1000.0).is_finite());
+            assert!(exp(f32::NAN).is_nan());
+            assert_eq!(exp(f32::NEG_INFINITY), exp(-1000.0));
         }
-        assert!(worst <= 2.0, "worst error {worst} ulp");
-        assert_eq!(exp(0.0), 1.0);
-        assert!(exp(-1000.0) < 2e-38 && exp(-1000.0) >= 0.0);
-        assert!(exp(1000.0).is_finite());
-        assert!(exp(f32::NAN).is_nan());
-        assert_eq!(exp(f32::NEG_INFINITY), exp(-1000.0));
+        check(exp_with::<false>);
+        // Fused (a software fma where the CPU has none: as exact, only slower).
+        check(exp_with::<true>);
     }
 
     #[test]
