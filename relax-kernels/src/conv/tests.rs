@@ -905,11 +905,10 @@ fn the_kernel_picks_winograd_or_direct_sums_from_the_shapes() {
     let w = values(case.filters * case.channels * 9, 4);
     let expected = to_blocked(&naive(&case, &x, &w, None), 1, case.filters, pixels);
     let depth = case.channels * 9;
-    let panels = crate::weights::pack_panels(depth, case.filters, |k, f| w[f * depth + k]);
-    let blocked_x = to_blocked(&x, 1, case.channels, plane);
-    let mut out = vec![f32::NAN; expected.len()];
+    let mut panels = crate::weights::pack_panels(depth, case.filters, |k, f| w[f * depth + k]);
+    let mut blocked_x = to_blocked(&x, 1, case.channels, plane);
     let blocks = |channels: usize| (channels / BLOCK) as i64;
-    let (x_shape, w_shape, out_shape) = (
+    let (mut x_shape, mut w_shape, mut out_shape) = (
         [
             1,
             blocks(case.channels),
@@ -920,17 +919,12 @@ fn the_kernel_picks_winograd_or_direct_sums_from_the_shapes() {
         [1, case.channels as i64, 3, 3, 64],
         [1, blocks(case.filters), oh as i64, ow as i64, 16],
     );
-    let mut args = vec![
-        Argument::input(&blocked_x, &x_shape).unwrap(),
-        Argument::input(&panels, &w_shape).unwrap(),
-    ];
-    args.extend([1, 1, 1, 1, 1, 1, 1, 1, 1, 0].map(Argument::int));
-    args.push(Argument::output(&mut out, &out_shape).unwrap());
-    conv2d(&Arguments::new(
-        "relax_runtime.conv2d",
-        &args,
-        three_threads,
-    ))
+    let out = call_conv2d_shaped(
+        (&mut blocked_x, &mut x_shape),
+        (&mut panels, &mut w_shape),
+        &mut out_shape,
+        1,
+    )
     .unwrap();
     let rounding = 4e-5 * (1.0 + (16.0f32 * 9.0).sqrt());
     assert_close_within(&out, &expected, rounding, &format!("blocked {case:?}"));
