@@ -1116,50 +1116,43 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         epilogue,
         out: Shared(out.data),
     };
-    if let Algorithm::Blocked {
-        input_blocked: true,
-        isa,
-    } = algorithm
-    {
-        if packed && winograd_per_call(&shape) && blocked_winograd::computes(&shape) {
-            let tile = Tile::Four;
-            let panels = shape.filters.div_ceil(PANEL);
-            return reuse(&WINOGRAD_KERNEL, |buffer| {
-                let u = prefix(buffer, tile.values() * panels * shape.channels * PANEL);
-                // SAFETY: a kernel in filter panels of one group, 3x3 (checked above and
-                // by `winograd_per_call`): `ceil(F / 64) * C * 9 * 64` values, read only.
-                let kernel = unsafe {
-                    std::slice::from_raw_parts(w.data, panels * shape.channels * 9 * PANEL)
-                };
-                blocked_winograd::transform_panels_into(kernel, shape.channels, tile, u);
-                // SAFETY: the shapes were checked above (a blocked `x` and `out`), what
-                // `blocked_winograd::computes`, and `u` is the kernel's transform in the
-                // blocked Winograd form, `[36, ceil(F / 64), C, 64]`.
-                unsafe {
-                    Algorithm::BlockedWinograd { tile, isa }.convolve(
-                        &shape,
-                        Operands {
-                            w: u.as_ptr(),
-                            ..operands
-                        },
-                        args.launch,
-                    )
-                }
-            });
-        }
-    }
-    if algorithm == Algorithm::Unfolded && winograd_per_call(&shape) {
-        let (filters, channels) = (shape.filters, shape.channels);
+    // A 3x3 layer over a large plane whose kernel came OIHW (NCHW tensors) or in filter
+    // panels (blocked ones): Winograd F(4x4), the kernel transformed on this call into the
+    // form the algorithm reads (see `winograd_per_call`); with the kernel's values.
+    let tile = Tile::Four;
+    let per_call = match algorithm {
+        Algorithm::Blocked {
+            input_blocked: true,
+            isa,
+        } if packed && winograd_per_call(&shape) && blocked_winograd::computes(&shape) => Some((
+            Algorithm::BlockedWinograd { tile, isa },
+            shape.filters.div_ceil(PANEL) * PANEL * shape.channels * 9,
+        )),
+        Algorithm::Unfolded if winograd_per_call(&shape) => Some((
+            Algorithm::Winograd(tile),
+            shape.filters * shape.channels * 9,
+        )),
+        _ => None,
+    };
+    if let Some((winograd, kernel_values)) = per_call {
         return reuse(&WINOGRAD_KERNEL, |buffer| {
-            let u = prefix(buffer, Tile::Four.values() * filters * channels);
-            // SAFETY: an OIHW `w` of one group, 3x3 (checked above and by
-            // `winograd_per_call`): `F * C * 9` values, read only.
-            let kernel = unsafe { std::slice::from_raw_parts(w.data, filters * channels * 9) };
-            transform_weights_into(kernel, filters, channels, Tile::Four, u);
-            // SAFETY: the shapes were checked above, `winograd_per_call` that Winograd
-            // computes it, and `u` is its kernel's transform, `[36, C, F]`.
+            // Both forms hold `tile.values()` values per 9 of the kernel: `[36, C, F]`,
+            // or `[36, ceil(F / 64), C, 64]` from the panels' `[ceil(F / 64), C, 3, 3, 64]`.
+            let u = prefix(buffer, kernel_values / 9 * tile.values());
+            // SAFETY: `w` is an OIHW kernel of one group, 3x3 (`F * C * 9` values), or a
+            // 3x3 kernel in filter panels (`ceil(F / 64) * C * 9 * 64`): checked above and
+            // by `winograd_per_call`; read only.
+            let kernel = unsafe { std::slice::from_raw_parts(w.data, kernel_values) };
+            if packed {
+                blocked_winograd::transform_panels_into(kernel, shape.channels, tile, u);
+            } else {
+                transform_weights_into(kernel, shape.filters, shape.channels, tile, u);
+            }
+            // SAFETY: the shapes were checked above (blocked: a blocked `x` and `out`, and
+            // what `blocked_winograd::computes`), `winograd_per_call` that Winograd computes
+            // it, and `u` is its kernel's transform in the form the algorithm reads.
             unsafe {
-                Algorithm::Winograd(Tile::Four).convolve(
+                winograd.convolve(
                     &shape,
                     Operands {
                         w: u.as_ptr(),
