@@ -85,7 +85,9 @@ def run(request):
         # tensors where that pays (see blocked_layout.py).
         from relax_driver import blocked_layout, offload
 
-        ir_module, _ = blocked_layout.convert(ir_module, request["target"], warnings)
+        ir_module, _, (written_weights, weight_names) = blocked_layout.convert(
+            ir_module, request["target"], warnings, (written_weights, weight_names)
+        )
         ir_module, layouts = offload.rewrite(ir_module, None)
     functions = signature.signature_of(ir_module, weight_names, layouts)
     output_dir = request["output_dir"]

@@ -65,6 +65,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/offload.py"),
     ),
     (
+        "relax_driver/padded_channels.py",
+        include_str!("../driver/relax_driver/padded_channels.py"),
+    ),
+    (
         "relax_driver/onnx_ops/__init__.py",
         include_str!("../driver/relax_driver/onnx_ops/__init__.py"),
     ),

@@ -18,8 +18,11 @@ EfficientNets then stay blocked from their stem to their head. Before, every dep
 layer stayed NCHW and transformed its input and output on every call (MobileNetV2: 56
 multiply-adds of its blocked convolutions per value transformed, too few to convert).
 
-Three rewrites go first, each of an op ConvertLayout does not carry and left between
-two transforms: batch norms are decomposed into multiply-adds; a per-channel operand
+Before ConvertLayout, a convolution whose filters are not whole blocks (24, 40, 72...)
+gets zero filters up to whole blocks, its output carried padded through the layers after
+it (padded_channels.py), so that MobileNets and EfficientNets stay blocked through their
+24- and 40-channel stages. Three rewrites go first too, each of an op ConvertLayout does
+not carry and left between two transforms: batch norms are decomposed into multiply-adds; a per-channel operand
 `[C, 1, 1]` (how ONNX writes a batch norm's scale) is reshaped to `[1, C, 1, 1]`
 (DenseNet-121's 62 pre-activation batch norms: 27 million values moved per call); and
 the `call_tir`s of `max` or `min` against a scalar bound that ONNX's importer writes for
@@ -28,9 +31,11 @@ constant bounds (hard-swish, hard-sigmoid). The module is kept only when the act
 it transforms are few: a convolution that stays NCHW between blocked ones (one over
 channels that are not whole blocks) transforms its input and output on every call.
 
-ConvertLayout leaves NCHW a convolution whose filters are not whole blocks, such as
-SqueezeNet's last (512 channels to 1000 classes over 13x13, 36% of its multiply-adds),
-and transforms its blocked input back for it. `whole_filter_blocks` runs such a
+ConvertLayout leaves NCHW a convolution whose filters are not whole blocks that the
+padding left (its kernel a weight of values not known when compiling, or fewer than 16
+filters over a plane), such as SqueezeNet's last before it (512 channels to 1000 classes
+over 13x13, 36% of its multiply-adds), and transforms its blocked input back for it.
+`whole_filter_blocks` runs such a
 convolution on the blocked input instead, its kernel padded with zero filters to whole
 blocks (relax-runtime's filter panels are zero-padded already), and slices the padding
 off its output after the transform back to NCHW. One thread, that convolution alone:
@@ -40,6 +45,7 @@ off its output after the transform back to NCHW. One thread, that convolution al
 import tvm
 from tvm import relax, sym
 
+from . import padded_channels
 from .bindings import rewritten_function
 from .offload import BLOCK, extremum_with_scalar, prim_float, static_ints
 
@@ -53,9 +59,9 @@ NCHW_LAYOUTS = {"relax.nn.conv2d": ["NCHW", "OIHW"]}
 # through memory about as slowly as a convolution does a hundred multiply-adds; the
 # margin is for the ops between convolutions, which TVM's loops run either way). The
 # multiply-adds per transformed value: ResNet-50 9900, Inception v2 9500, DenseNet-121 660
-# and Inception v1 590 (faster blocked); MobileNetV2 181 and EfficientNet-B0 176 (blocked
-# end to end but for their 24- and 40-channel layers); MobileNetV3-Large 57 (most of its
-# layers have channels that are not whole blocks).
+# and Inception v1 590 (faster blocked); MobileNetV2 181 and EfficientNet-B0 176 before
+# their 24- and 40-channel layers were padded to whole blocks, and MobileNetV3-Large 57
+# (most of its layers over channels that were not whole blocks).
 TRANSFORM_COST = 150
 
 
@@ -327,27 +333,28 @@ def desired_layouts(call):
     return BLOCKED_LAYOUTS
 
 
-def convert(ir_module, target, warnings=None):
-    """The module with its convolutions on blocked tensors where that pays (see the
-    module's doc), else the module itself; and whether it converted. When TVM's
-    ConvertLayout fails on the module, it stays NCHW, and a line saying so goes to
-    `warnings` (the build's output) when given: the layout is an optimization, and must
-    never lose a model."""
+def convert(ir_module, target, warnings=None, weights=(None, None)):
+    """(The module with its convolutions on blocked tensors where that pays (see the
+    module's doc), else the module itself; whether it converted; the values and names of
+    its weight parameters). `weights` are those of the module as it comes (values or names
+    None when not known): channels padded to whole blocks (padded_channels.py) may add
+    padded weights and leave others unused. When TVM's ConvertLayout fails on the module,
+    it stays NCHW, and a line saying so goes to `warnings` (the build's output) when given:
+    the layout is an optimization, and must never lose a model."""
     if not converts(target):
-        return ir_module, False
+        return ir_module, False, weights
     if not any(has_conv2d(function) for function in ir_module.functions.values()):
-        return ir_module, False
+        return ir_module, False, weights
     try:
-        converted = with_whole_filter_blocks(
-            relax.transform.ConvertLayout(BLOCKED_LAYOUTS, desired_layouts)(prepared(ir_module))
-        )
+        module, *padded_weights = padded_channels.padded(prepared(ir_module), *weights)
+        converted = with_whole_filter_blocks(relax.transform.ConvertLayout(BLOCKED_LAYOUTS, desired_layouts)(module))
     except tvm.error.InternalError as error:
         if warnings is not None:
             first_line = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
             warnings.append(
                 f"the model's convolutions stay NCHW (slower on this CPU): TVM's ConvertLayout failed on it ({first_line})"
             )
-        return ir_module, False
+        return ir_module, False, weights
     moved, multiply_adds = 0, 0
     for function in converted.functions.values():
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):
@@ -355,7 +362,7 @@ def convert(ir_module, target, warnings=None):
             moved += function_moved
             multiply_adds += function_multiply_adds
     if multiply_adds == 0 or moved * TRANSFORM_COST > multiply_adds:
-        return ir_module, False
+        return ir_module, False, weights
     # ConvertLayout transforms a tensor once per consumer (ResNet-50's max pool output
     # twice: for a block's first convolution and for its shortcut's); one is enough.
-    return relax.transform.EliminateCommonSubexpr()(converted), True
+    return relax.transform.EliminateCommonSubexpr()(converted), True, tuple(padded_weights)

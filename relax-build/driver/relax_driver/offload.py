@@ -463,6 +463,12 @@ class Block:
         plain = kernel_name in DENSE + CONV
         if name in EPILOGUE:
             return self.activated(kernel, EPILOGUE[name], call.ty)
+        if name == "relax.add" and kernel_name in ("relax_runtime.conv2d", "relax_runtime.conv2d_transpose") and int(args[-1].value) == 0:
+            # A bias first: over a 1x1 plane (a squeeze-excitation's) it has the output's
+            # shape too, and as a residual it would be transformed on every call.
+            bias = self.conv_bias(other, dims(first))
+            if bias is not None:
+                return packed(kernel_name + "_bias", args[:2] + [bias] + args[2:], call.ty)
         if name == "relax.add" and plain and int(args[-1].value) == 0 and self.is_residual(other, call):
             # `kernel(...) + residual`: added before any activation that follows.
             return packed(kernel_name + RESIDUAL, args + [other], call.ty)
@@ -472,11 +478,6 @@ class Block:
             if bias_dims is not None and len(bias_dims) == 1 and n is not None and provably_equal(bias_dims[0], n) and is_float32(other):
                 return packed("relax_runtime.dense_bias", args[:2] + [other] + args[2:], call.ty)
             return None
-        if name == "relax.add" and kernel_name in ("relax_runtime.conv2d", "relax_runtime.conv2d_transpose") and int(args[-1].value) == 0:
-            bias = self.conv_bias(other, dims(first))
-            if bias is None:
-                return None
-            return packed(kernel_name + "_bias", args[:2] + [bias] + args[2:], call.ty)
         if name in ("relax.multiply", "relax.divide") and kernel_name == "relax_runtime.batch_matmul":
             scale = scalar_constant(other)
             if scale is None or (name == "relax.divide" and scale == 0.0):

@@ -176,7 +176,7 @@ def layout_kernel_ranks(function):
 
 class Blocked(unittest.TestCase):
     def test_a_residual_block_runs_on_blocked_tensors_with_everything_folded(self):
-        module, converted = blocked_layout.convert(Residual, X86)
+        module, converted, _ = blocked_layout.convert(Residual, X86)
         self.assertTrue(converted)
         module, layouts = offload.rewrite(module, None)
         calls, transforms = kernel_calls(module["main"])
@@ -213,7 +213,7 @@ class Blocked(unittest.TestCase):
                     R.output(z, total)
                 return (z, total)
 
-        module, converted = blocked_layout.convert(Shared, X86)
+        module, converted, _ = blocked_layout.convert(Shared, X86)
         self.assertTrue(converted)
         module, layouts = offload.rewrite(module, None)
         self.assertEqual(layouts["main"], {2: {"layout": "filter_panels", "columns": 64}})
@@ -257,7 +257,7 @@ class Blocked(unittest.TestCase):
                     R.output(a, b, c)
                 return (a, b, c)
 
-        module, converted = blocked_layout.convert(Planes, X86)
+        module, converted, _ = blocked_layout.convert(Planes, X86)
         self.assertTrue(converted)
         module, layouts = offload.rewrite(module, None)
         self.assertEqual(
@@ -295,7 +295,7 @@ class Blocked(unittest.TestCase):
                     R.output(out)
                 return out
 
-        module, converted = blocked_layout.convert(Classifier, X86)
+        module, converted, _ = blocked_layout.convert(Classifier, X86)
         self.assertTrue(converted)
         # (Its values: SqueezeNet's last layer is one, checked against onnxruntime by
         # tests/bench_outputs.rs; TVM's own CPU lowering has no blocked convolution.)
@@ -334,7 +334,7 @@ class Blocked(unittest.TestCase):
         self.assertEqual(operands, [[4, 4], [4, 1]])
 
     def test_a_convolution_between_blocked_ones_that_stays_nchw_keeps_the_module_nchw(self):
-        module, converted = blocked_layout.convert(Grouped, X86)
+        module, converted, _ = blocked_layout.convert(Grouped, X86)
         self.assertFalse(converted)
         self.assertTrue(module.same_as(Grouped))
 
@@ -343,7 +343,7 @@ class Blocked(unittest.TestCase):
         block = mobilenet_block(128)
         clamps = [expr for expr in all_calls(block["main"]) if offload.op_name(expr) == "relax.call_tir"]
         self.assertEqual(len(clamps), 4)
-        module, converted = blocked_layout.convert(block, X86)
+        module, converted, _ = blocked_layout.convert(block, X86)
         self.assertTrue(converted)
         module, layouts = offload.rewrite(module, None)
         calls, transforms = kernel_calls(module["main"])
@@ -374,7 +374,7 @@ class Blocked(unittest.TestCase):
     def test_a_depthwise_convolution_over_channels_that_are_not_whole_blocks_stays_nchw(self):
         # 24 channels, 48 after expansion: the 1x1 layers are not whole blocks either,
         # and nothing is blocked; the clamps still fold into the NCHW kernels.
-        module, converted = blocked_layout.convert(mobilenet_block(12), X86)
+        module, converted, _ = blocked_layout.convert(mobilenet_block(12), X86)
         self.assertFalse(converted)
         module, _ = offload.rewrite(module, None)
         calls, transforms = kernel_calls(module["main"])
@@ -429,7 +429,7 @@ class Blocked(unittest.TestCase):
                 return out
 
         warnings = []
-        module, converted = blocked_layout.convert(Head, X86, warnings)
+        module, converted, _ = blocked_layout.convert(Head, X86, warnings)
         self.assertTrue(converted)
         self.assertEqual(warnings, [])
         module, _ = offload.rewrite(module, None)
@@ -458,7 +458,7 @@ class Blocked(unittest.TestCase):
 
         warnings = []
         with unittest.mock.patch.object(blocked_layout, "desired_layouts", lambda call: blocked_layout.BLOCKED_LAYOUTS):
-            module, converted = blocked_layout.convert(Head, X86, warnings)
+            module, converted, _ = blocked_layout.convert(Head, X86, warnings)
         self.assertFalse(converted)
         self.assertTrue(module.same_as(Head))
         self.assertEqual(len(warnings), 1)
@@ -467,7 +467,7 @@ class Blocked(unittest.TestCase):
 
     def test_other_targets_keep_nchw(self):
         aarch64 = {"kind": "llvm", "mtriple": "aarch64-unknown-linux-gnu", "mattr": ["+neon"]}
-        module, converted = blocked_layout.convert(Residual, aarch64)
+        module, converted, _ = blocked_layout.convert(Residual, aarch64)
         self.assertFalse(converted)
         self.assertTrue(module.same_as(Residual))
         # The host (no triple) is x86-64 here.
@@ -488,7 +488,7 @@ class Blocked(unittest.TestCase):
             with builder.dataflow():
                 y = builder.emit_output(relax.op.nn.conv2d(x, relax.const(weight), padding=[1, 1, 1, 1]))
             builder.emit_func_output(y)
-        module, converted = blocked_layout.convert(builder.get(), X86)
+        module, converted, _ = blocked_layout.convert(builder.get(), X86)
         self.assertTrue(converted)
         module, layouts = offload.rewrite(module, None)
         kernels = kernel_call_list(module["main"])

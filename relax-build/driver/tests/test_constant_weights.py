@@ -88,7 +88,7 @@ def built(weights_as, folder):
     onnx.save(cnn(weights_as), path)
     request = {"source": path, "inputs": None, "weights_mode": "auto"}
     ir_module, weights, _warnings = onnx_source.load(request)
-    ir_module, _ = blocked_layout.convert(ir_module, {"kind": "llvm"})
+    ir_module, _, _ = blocked_layout.convert(ir_module, {"kind": "llvm"})
     ir_module, layouts = offload.rewrite(ir_module, None)
     main = ir_module["main"]
     shapes = sorted(tuple(int(dim) for dim in offload.dims(param)) for param in main.params[1:])
