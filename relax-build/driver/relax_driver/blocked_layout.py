@@ -40,12 +40,17 @@ convolution on the blocked input instead, its kernel padded with zero filters to
 blocks (relax-runtime's filter panels are zero-padded already), and slices the padding
 off its output after the transform back to NCHW. One thread, that convolution alone:
 111-113 GFLOP/s against 56-64 in NCHW.
+
+ConvertLayout carries no resize either (TVM 0.27's layout inference of `image.resize2d`
+fails on NCHW16c): `blocked_resizes` runs a resize of a blocked tensor's NCHW transform on
+the blocked tensor, and a detector's FPN keeps its upsampled levels blocked (`ocr_det`:
+13 activation transforms a call down to 7).
 """
 
 import tvm
 from tvm import relax, sym
 
-from . import padded_channels
+from . import offload, padded_channels
 from .bindings import rewritten_function
 from .offload import BLOCK, extremum_with_scalar, prim_float, static_ints
 
@@ -239,20 +244,126 @@ def whole_filter_blocks(function):
             out_layout="NCHW16c",
             out_dtype=attrs.out_dtype,
         )
-        # The op itself: relax.op.layout_transform reads the dtype of its operand, which a
-        # nested call has only once normalized (with no pad value, it needs none).
-        to_nchw = tvm.tirx.IndexMap.from_func(lambda n, c, h, k, b: (n, c * BLOCK + b, h, k), index_dtype="int64")
-        nchw = relax.op._ffi_api.layout_transform(convolution, to_nchw, None)
-        return relax.op.strided_slice(nchw, axes=[1], begin=[0], end=[filters])
+        return relax.op.strided_slice(nchw_of(convolution), axes=[1], begin=[0], end=[filters])
 
     return rewritten_function(function, padded)
 
 
+def nchw_of(blocked):
+    """The NCHW transform of the blocked tensor `blocked`."""
+    # The op itself: relax.op.layout_transform reads the dtype of its operand, which a
+    # nested call has only once normalized (with no pad value, it needs none).
+    to_nchw = tvm.tirx.IndexMap.from_func(lambda n, c, h, k, b: (n, c * BLOCK + b, h, k), index_dtype="int64")
+    return relax.op._ffi_api.layout_transform(blocked, to_nchw, None)
+
+
+COPY = "vm.builtin.copy"
+
+
+def blocked_resizes(function):
+    """The function with each NCHW resize of the NCHW transform of a blocked tensor done
+    on the blocked tensor (ConvertLayout carries no resize: TVM 0.27's layout inference
+    of `image.resize2d` fails on NCHW16c), and each transform back to blocks of such a
+    resize, also through the copy and match_cast that align an FPN's operands
+    (onnx_ops/broadcast.py), the blocked resize itself. The NCHW values stay bound to
+    their variables for what else reads them (removed when nothing does)."""
+    values = {}
+    blocked = {}  # NCHW variable -> the blocked variable it is the transform of
+    changed = False
+    blocks = []
+    for block in function.body.blocks:
+        dataflow = isinstance(block, relax.DataflowBlock)
+
+        def new_var(name, ty, dataflow=dataflow):
+            return relax.DataflowVar(name, ty) if dataflow else relax.Var(name, ty)
+
+        bindings = []
+        for binding in block.bindings:
+            value = binding.value
+            values[binding.var] = value
+            if isinstance(binding, relax.MatchCast):
+                source = blocked.get(value)
+                dims = static_size_dims(binding.ty)
+                if source is not None and dims is not None:
+                    # The same check on the blocked tensor's dims; the NCHW tensor its
+                    # transform (a match_cast would stay, used or not).
+                    var = new_var(f"{binding.var.name}_blocked", relax.TensorType(dims, binding.ty.dtype))
+                    bindings.append(relax.MatchCast(var, source, var.ty))
+                    bindings.append(relax.VarBinding(binding.var, relax.BlockBuilder().normalize(nchw_of(var))))
+                    blocked[binding.var] = var
+                    continue
+                bindings.append(binding)
+                continue
+            name = getattr(getattr(value, "op", None), "name", None)
+            if name == "relax.image.resize2d" and str(value.attrs.layout) == "NCHW":
+                source = blocked_source(value.args[0], values)
+                if source is not None and dims_of(binding.var) is not None:
+                    attrs = value.attrs
+                    resized = relax.BlockBuilder().normalize(
+                        relax.op.image.resize2d(
+                            source,
+                            value.args[1],
+                            roi=[float(v) for v in attrs.roi],
+                            layout="NCHW16c",
+                            method=str(attrs.method),
+                            coordinate_transformation_mode=str(attrs.coordinate_transformation_mode),
+                            rounding_method=str(attrs.rounding_method),
+                            cubic_alpha=float(attrs.cubic_alpha),
+                            cubic_exclude=int(attrs.cubic_exclude),
+                            extrapolation_value=float(attrs.extrapolation_value),
+                            out_dtype=attrs.out_dtype,
+                        )
+                    )
+                    var = new_var(f"{binding.var.name}_blocked", resized.ty)
+                    bindings.append(relax.VarBinding(var, resized))
+                    bindings.append(relax.VarBinding(binding.var, relax.BlockBuilder().normalize(nchw_of(var))))
+                    blocked[binding.var] = var
+                    changed = True
+                    continue
+            elif name == "relax.call_pure_packed" and is_copy(value) and value.args[1] in blocked:
+                source = blocked[value.args[1]]
+                copied = relax.BlockBuilder().normalize(
+                    relax.call_pure_packed(COPY, source, ty_args=[relax.TensorType(ndim=5, dtype=source.ty.dtype)])
+                )
+                var = new_var(f"{binding.var.name}_blocked", copied.ty)
+                bindings.append(relax.VarBinding(var, copied))
+                blocked[binding.var] = var
+            elif name == "relax.layout_transform" and value.args[0] in blocked and offload.blocked_transform(value):
+                if len(dims_of(binding.var)) == 5:
+                    bindings.append(relax.VarBinding(binding.var, blocked[value.args[0]]))
+                    continue
+            bindings.append(binding)
+        blocks.append(relax.DataflowBlock(bindings) if dataflow else relax.BindingBlock(bindings))
+    if not changed:
+        return function
+    return relax.Function(
+        function.params, relax.SeqExpr(blocks, function.body.body), function.ret_ty, function.is_pure, function.attrs
+    )
+
+
+def is_copy(call):
+    """Whether `call` is `call_pure_packed` of the VM's identity copy."""
+    callee = call.args[0] if call.args else None
+    return isinstance(callee, relax.ExternFunc) and str(callee.global_symbol) == COPY
+
+
+def static_size_dims(ty):
+    """The blocked dims `[N, C/16, H, W, 16]` of a float32 NCHW tensor type whose channels
+    are static whole blocks, or None."""
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
+        return None
+    dims = list(ty.shape.values)
+    channels = getattr(dims[1], "value", None) if len(dims) == 4 else None
+    if not isinstance(channels, int) or channels % BLOCK != 0 or str(ty.dtype) != "float32":
+        return None
+    return [dims[0], channels // BLOCK, dims[2], dims[3], BLOCK]
+
+
 def with_whole_filter_blocks(ir_module):
-    """`whole_filter_blocks` on each function, normalized, without the transforms it left
-    unused."""
+    """`whole_filter_blocks` and `blocked_resizes` on each function, normalized, without
+    the transforms they left unused."""
     functions = {
-        global_var: whole_filter_blocks(function)
+        global_var: blocked_resizes(whole_filter_blocks(function))
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr)
         else function
         for global_var, function in ir_module.functions.items()

@@ -465,6 +465,57 @@ class Blocked(unittest.TestCase):
         self.assertIn("stay NCHW", warnings[0])
         self.assertIn("ConvertLayout failed", warnings[0])
 
+    def test_an_fpn_resize_between_blocked_layers_runs_blocked(self):
+        # A coarse level upsampled and added to a fine one, over symbolic planes: the
+        # resize is NCHW to ConvertLayout, and its sum's operands are aligned by a copy and
+        # a match_cast (onnx_ops/broadcast.py); all of it stays blocked.
+        import tempfile
+
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+
+        from relax_driver import onnx_source
+
+        rng = np.random.default_rng(2)
+
+        def initializer(name, *dims):
+            return numpy_helper.from_array(rng.standard_normal(dims).astype("float32"), name)
+
+        nodes = [
+            helper.make_node("Conv", ["x", "w_coarse"], ["coarse"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+            helper.make_node("Conv", ["x", "w_fine"], ["fine"], kernel_shape=[1, 1]),
+            helper.make_node("Resize", ["coarse", "", "scales"], ["up"], mode="nearest"),
+            helper.make_node("Add", ["fine", "up"], ["sum"]),
+            helper.make_node("Conv", ["sum", "w_out"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        ]
+        initializers = [
+            initializer("w_coarse", 128, 64, 3, 3),
+            initializer("w_fine", 128, 64, 1, 1),
+            initializer("w_out", 64, 128, 3, 3),
+            numpy_helper.from_array(np.array([1, 1, 2, 2], dtype="float32"), "scales"),
+        ]
+        graph = helper.make_graph(
+            nodes,
+            "fpn",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, "height", "width"])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, "height", "width"])],
+            initializers,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "fpn.onnx")
+            onnx.save(model, path)
+            ir_module, weights, _ = onnx_source.load({"source": path, "inputs": None, "weights_mode": "external"})
+        names = [str(param.name) for param in ir_module["main"].params[1:]]
+        module, converted, _ = blocked_layout.convert(ir_module, X86, None, (weights, names))
+        self.assertTrue(converted)
+        module, _ = offload.rewrite(module, None)
+        calls, transforms = kernel_calls(module["main"])
+        self.assertEqual(calls.get("relax_runtime.resize2d"), [5])
+        # The input to blocks and the output back: none around the resize.
+        self.assertEqual(transforms, 2)
+
     def test_other_targets_keep_nchw(self):
         aarch64 = {"kind": "llvm", "mtriple": "aarch64-unknown-linux-gnu", "mattr": ["+neon"]}
         module, converted, _ = blocked_layout.convert(Residual, aarch64)
