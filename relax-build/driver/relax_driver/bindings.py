@@ -1,6 +1,15 @@
-"""Rewriting the values bound in a Relax function's body, one binding at a time."""
+"""Rewriting the values bound in a Relax function's body, one binding at a time, and the
+variables and copies new bindings are made of."""
 
 from tvm import relax
+
+# The VM's identity copy (`call_pure_packed` of it gives a tensor whose dims are forgotten).
+COPY = "vm.builtin.copy"
+
+
+def new_var(name, ty, dataflow):
+    """A new variable of type `ty`: a `DataflowVar` in a dataflow block, else a `Var`."""
+    return relax.DataflowVar(name, ty) if dataflow else relax.Var(name, ty)
 
 
 def rewritten_body(function, rewrite):

@@ -51,7 +51,7 @@ import tvm
 from tvm import relax, sym
 
 from . import offload, padded_channels
-from .bindings import rewritten_function
+from .bindings import COPY, new_var, rewritten_function
 from .offload import BLOCK, extremum_with_scalar, prim_float, static_ints
 
 BLOCKED_LAYOUTS = {"relax.nn.conv2d": ["NCHW16c", "OIHW16i16o"]}
@@ -87,10 +87,7 @@ def static_size(dims):
 
 
 def dims_of(expr):
-    ty = getattr(expr, "ty", None)
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
-        return None
-    return list(ty.shape.values)
+    return offload.dims_of_type(getattr(expr, "ty", None))
 
 
 def costs(function):
@@ -257,9 +254,6 @@ def nchw_of(blocked):
     return relax.op._ffi_api.layout_transform(blocked, to_nchw, None)
 
 
-COPY = "vm.builtin.copy"
-
-
 def blocked_resizes(function):
     """The function with each NCHW resize of the NCHW transform of a blocked tensor done
     on the blocked tensor (ConvertLayout carries no resize: TVM 0.27's layout inference
@@ -274,20 +268,17 @@ def blocked_resizes(function):
     for block in function.body.blocks:
         dataflow = isinstance(block, relax.DataflowBlock)
 
-        def new_var(name, ty, dataflow=dataflow):
-            return relax.DataflowVar(name, ty) if dataflow else relax.Var(name, ty)
-
         bindings = []
         for binding in block.bindings:
             value = binding.value
             values[binding.var] = value
             if isinstance(binding, relax.MatchCast):
                 source = blocked.get(value)
-                dims = static_size_dims(binding.ty)
+                dims = blocked_dims_of_type(binding.ty)
                 if source is not None and dims is not None:
                     # The same check on the blocked tensor's dims; the NCHW tensor its
                     # transform (a match_cast would stay, used or not).
-                    var = new_var(f"{binding.var.name}_blocked", relax.TensorType(dims, binding.ty.dtype))
+                    var = new_var(f"{binding.var.name}_blocked", relax.TensorType(dims, binding.ty.dtype), dataflow)
                     bindings.append(relax.MatchCast(var, source, var.ty))
                     bindings.append(relax.VarBinding(binding.var, relax.BlockBuilder().normalize(nchw_of(var))))
                     blocked[binding.var] = var
@@ -314,7 +305,7 @@ def blocked_resizes(function):
                             out_dtype=attrs.out_dtype,
                         )
                     )
-                    var = new_var(f"{binding.var.name}_blocked", resized.ty)
+                    var = new_var(f"{binding.var.name}_blocked", resized.ty, dataflow)
                     bindings.append(relax.VarBinding(var, resized))
                     bindings.append(relax.VarBinding(binding.var, relax.BlockBuilder().normalize(nchw_of(var))))
                     blocked[binding.var] = var
@@ -325,7 +316,7 @@ def blocked_resizes(function):
                 copied = relax.BlockBuilder().normalize(
                     relax.call_pure_packed(COPY, source, ty_args=[relax.TensorType(ndim=5, dtype=source.ty.dtype)])
                 )
-                var = new_var(f"{binding.var.name}_blocked", copied.ty)
+                var = new_var(f"{binding.var.name}_blocked", copied.ty, dataflow)
                 bindings.append(relax.VarBinding(var, copied))
                 blocked[binding.var] = var
             elif name == "relax.layout_transform" and value.args[0] in blocked and offload.blocked_transform(value):
@@ -347,13 +338,11 @@ def is_copy(call):
     return isinstance(callee, relax.ExternFunc) and str(callee.global_symbol) == COPY
 
 
-def static_size_dims(ty):
+def blocked_dims_of_type(ty):
     """The blocked dims `[N, C/16, H, W, 16]` of a float32 NCHW tensor type whose channels
     are static whole blocks, or None."""
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
-        return None
-    dims = list(ty.shape.values)
-    channels = getattr(dims[1], "value", None) if len(dims) == 4 else None
+    dims = offload.dims_of_type(ty)
+    channels = getattr(dims[1], "value", None) if dims is not None and len(dims) == 4 else None
     if not isinstance(channels, int) or channels % BLOCK != 0 or str(ty.dtype) != "float32":
         return None
     return [dims[0], channels // BLOCK, dims[2], dims[3], BLOCK]

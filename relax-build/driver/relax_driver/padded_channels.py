@@ -30,9 +30,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .offload import dims, is_float32, op_name, static_ints
-
-BLOCK = 16
+from .bindings import new_var
+from .offload import BLOCK, dims, is_float32, op_name, static_ints
 
 # Binary element-wise ops through which padded channels are carried, and the value a
 # per-channel operand is padded with: one that keeps the padded channels finite.
@@ -182,7 +181,7 @@ class Rewrite:
     def bound(self, name, value):
         """A new variable bound to `value` (appended to `bindings`)."""
         value = relax.BlockBuilder().normalize(value)
-        var = relax.DataflowVar(name, value.ty) if self.dataflow else relax.Var(name, value.ty)
+        var = new_var(name, value.ty, self.dataflow)
         self.bindings.append(relax.VarBinding(var, value))
         return var
 

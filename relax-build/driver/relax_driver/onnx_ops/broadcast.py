@@ -17,6 +17,8 @@ convolutions) fail with "Cannot convert when exactly one of the layouts is unkno
 
 from tvm import relax, sym, tirx
 
+from ..bindings import COPY
+
 # Operators whose operands broadcast against each other.
 ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Where", "Equal", "Greater", "Less",
                "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "PRelu", "BitShift")
@@ -45,7 +47,7 @@ def asserted_dims(bb, expr, dims):
     """`expr` cast to `dims` (checked at run time), through a copy that forgets its dims."""
     dtype = expr.ty.dtype
     forgotten = bb.emit(
-        relax.call_pure_packed("vm.builtin.copy", expr, ty_args=[relax.TensorType(ndim=len(dims), dtype=dtype)])
+        relax.call_pure_packed(COPY, expr, ty_args=[relax.TensorType(ndim=len(dims), dtype=dtype)])
     )
     return bb.match_cast(forgotten, relax.TensorType(dims, dtype))
 
