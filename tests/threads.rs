@@ -1,5 +1,6 @@
-//! One loaded model shared by many threads: every concurrent call returns exactly what
-//! the same call returns on one thread (it used to crash: one VM served all threads).
+//! Threads: one loaded model shared by many threads returns exactly what the same call
+//! returns on one thread (it used to crash: one VM served all threads); callers keep their
+//! CPU affinity; a model's parallel loops run on the caller's pool.
 
 use relax_cargo_tests::{assert_success, cargo, fixture, run_fixture, stdout};
 
@@ -41,5 +42,23 @@ fn calling_threads_keep_their_cpu_affinity() {
     assert_eq!(
         stdout(&pinned),
         "default: kept CPUs 0\none thread per call: kept CPUs 0\n"
+    );
+}
+
+/// A model's own parallel loops (TIR's `T.parallel`, compiled by TVM) run on the calling
+/// thread's relax-runtime pool, and the error a task raises reaches the caller, whichever
+/// thread ran the task; the pool works on after it.
+#[test]
+fn a_models_parallel_loops_run_on_the_pool_and_their_errors_reach_the_caller() {
+    let cpus = std::thread::available_parallelism().map_or(1, |cpus| cpus.get());
+    assert_eq!(
+        run_fixture("tvmscript-pair", &["parallel"]),
+        format!(
+            "100 calls over 1001 rows: 0 wrong values\n\
+             a refused row: TVM RuntimeError while calling `double_rows` of model `pair`: a row starts below -1000\n\
+             then: right\n\
+             pool threads: {}\n",
+            cpus.min(2) - 1
+        )
     );
 }

@@ -124,7 +124,7 @@ fn main() -> Result<(), Failure> {
             min_slow: 3,
         }
     };
-    // TVM's thread pool reads this when the runtime starts (before any model loads).
+    // relax-runtime's threads per call (the benchmark's onnxruntime gets as many).
     if std::env::var_os("TVM_NUM_THREADS").is_none() {
         std::env::set_var("TVM_NUM_THREADS", THREADS.to_string());
     }
@@ -864,9 +864,9 @@ impl Peers {
     }
 }
 
-/// Waits for the idle threads of the run just measured to stop spinning (TVM's pool
-/// workers spin for up to TVM_THREAD_POOL_SPIN_COUNT yields after their last task,
-/// onnxruntime's for a while too), so that they take no core from the next run. Not
+/// Waits for the idle threads of the run just measured to stop spinning (relax-runtime's
+/// pool workers spin for 100 µs after their last task, onnxruntime's for a while), so
+/// that they take no core from the next run. Not
 /// in `--quick` runs, whose figures only show the benchmark still works.
 fn settle(quick: bool) {
     if !quick {

@@ -3,7 +3,7 @@
 //! TVM's untuned loops. Pure Rust over slices and shapes: no TVM, no FFI.
 //!
 //! relax-runtime adapts TVM's arguments to [`Argument`]s and registers every entry of
-//! [`KERNELS`] as a TVM global, run on TVM's thread pool through a [`Launch`]; a test or
+//! [`KERNELS`] as a TVM global, run on its thread pool through a [`Launch`]; a test or
 //! a benchmark calls the same kernels on plain threads ([`threads`]):
 //!
 //! ```

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Runs `body(task, tasks)` for every task of some pool (`tasks` of them, at least 1)
 /// and returns when all are done; with `inline` (work too small to share), runs
-/// `body(0, 1)` on the calling thread instead. relax-runtime's launch is TVM's thread
-/// pool (`TVMBackendParallelLaunch`), so that one pool runs TVM's code and the kernels.
+/// `body(0, 1)` on the calling thread instead. relax-runtime's launch is its thread pool,
+/// the one that also runs the model's TVM-compiled parallel loops.
 pub type Launch = fn(bool, &(dyn Fn(usize, usize) + Sync)) -> Result<(), String>;
 
 /// A [`Launch`] that runs every body on the calling thread.

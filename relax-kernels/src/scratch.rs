@@ -1,6 +1,7 @@
-//! Scratch buffers the kernels keep from call to call on each thread (TVM's pool threads
-//! live as long as the process): a buffer allocated afresh on every call pays its page
-//! faults and zeroing every time, about 2% of ResNet-50's time.
+//! Scratch buffers the kernels keep from call to call on each thread (relax-runtime's
+//! pool threads live as long as the thread that calls the model): a buffer allocated
+//! afresh on every call pays its page faults and zeroing every time, about 2% of
+//! ResNet-50's time.
 
 use std::cell::RefCell;
 use std::thread::LocalKey;

@@ -2,7 +2,7 @@
 //! `libtvm_runtime.so` (the Relax VM, its executable loader and builtins), both with
 //! `RTLD_GLOBAL` so that model libraries resolve their TVM symbols against them.
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -14,35 +14,26 @@ const FFI_LIBRARY: &str = "libtvm_ffi.so";
 const RUNTIME_LIBRARY: &str = "libtvm_runtime.so";
 
 /// The global functions relax-runtime calls, by name.
-pub(crate) const GLOBALS: [&str; 6] = [
+pub(crate) const GLOBALS: [&str; 5] = [
     "ffi.Module.load_from_file.so",
     "ffi.ModuleGetFunction",
     "ffi.ArraySize",
     "ffi.ArrayGetItem",
-    "runtime.config_threadpool",
     "ffi.Array",
 ];
 
-/// `int TVMBackendParallelLaunch(FTVMParallelLambda, void* cdata, int num_task)` of
-/// TVM's `c_backend_api.h`.
-pub(crate) type ParallelLaunch = unsafe extern "C" fn(
-    lambda: Option<unsafe extern "C" fn(i32, *mut ParallelGroupEnv, *mut c_void) -> i32>,
-    data: *mut c_void,
-    num_task: i32,
-) -> i32;
-
-/// `TVMParallelGroupEnv` of TVM's `c_backend_api.h`.
-#[repr(C)]
-pub(crate) struct ParallelGroupEnv {
-    pub(crate) sync_handle: *mut c_void,
-    pub(crate) num_task: i32,
-}
+/// `int TVMFFIEnvModRegisterContextSymbol(const char* name, void* symbol)` of tvm-ffi's
+/// `c_env_api.h`: every library loaded afterwards gets `symbol` in its variable `name`
+/// (a later registration of a name wins), which is how a model library finds
+/// `TVMBackendParallelLaunch` and the other functions its code calls.
+pub(crate) type RegisterContextSymbol =
+    unsafe extern "C" fn(name: *const c_char, symbol: *mut c_void) -> i32;
 
 /// The loaded runtime: the C ABI's function table and raw handles of the global
 /// functions in [`GLOBALS`] (owned for the process's lifetime, never released).
 pub(crate) struct Api {
     pub(crate) ffi: sys::TvmFfiLibrary,
-    pub(crate) parallel_launch: ParallelLaunch,
+    pub(crate) register_context_symbol: RegisterContextSymbol,
     pub(crate) globals: [sys::TVMFFIObjectHandle; GLOBALS.len()],
     _runtime_library: libloading::Library,
 }
@@ -107,16 +98,18 @@ fn load(dirs: &[PathBuf], register: Register) -> Result<Api> {
     })?;
     // libtvm_runtime.so needs libtvm_ffi.so, which the loader now finds by its soname.
     let runtime_library = open_global(&runtime_path)?;
-    // SAFETY: `TVMBackendParallelLaunch` has this signature in TVM's c_backend_api.h.
-    let parallel_launch =
-        unsafe { runtime_library.get::<ParallelLaunch>(b"TVMBackendParallelLaunch\0") }
-            .map(|symbol| *symbol)
-            .map_err(|error| Error::LibraryLoad {
-                path: runtime_path.clone(),
-                message: format!(
-                    "it lacks TVMBackendParallelLaunch ({error}); is it apache-tvm 0.27?"
-                ),
-            })?;
+    // SAFETY: the symbol has this signature in tvm-ffi's c_env_api.h (looked up through
+    // libtvm_runtime.so, which loads libtvm_ffi.so).
+    let register_context_symbol = unsafe {
+        runtime_library.get::<RegisterContextSymbol>(b"TVMFFIEnvModRegisterContextSymbol\0")
+    }
+    .map(|symbol| *symbol)
+    .map_err(|error| Error::LibraryLoad {
+        path: ffi_path.clone(),
+        message: format!(
+            "it lacks TVMFFIEnvModRegisterContextSymbol ({error}); is it apache-tvm-ffi 0.1.x?"
+        ),
+    })?;
     let mut globals = [std::ptr::null_mut(); GLOBALS.len()];
     for (slot, name) in globals.iter_mut().zip(GLOBALS) {
         *slot = global_function_handle(&ffi, name).ok_or_else(|| Error::LibraryLoad {
@@ -130,7 +123,7 @@ fn load(dirs: &[PathBuf], register: Register) -> Result<Api> {
     }
     let api = Api {
         ffi,
-        parallel_launch,
+        register_context_symbol,
         globals,
         _runtime_library: runtime_library,
     };

@@ -95,6 +95,7 @@
 mod sys;
 
 mod api;
+mod backend;
 mod device;
 mod dtype;
 mod error;
@@ -104,6 +105,7 @@ mod library;
 mod locate;
 mod object;
 mod outputs;
+mod pool;
 mod profile;
 pub mod rpc;
 mod runtime;

@@ -247,12 +247,9 @@ pub(crate) const MODULE_GET_FUNCTION: usize = 1;
 pub(crate) const ARRAY_SIZE: usize = 2;
 /// Index of `ffi.ArrayGetItem`.
 pub(crate) const ARRAY_GET_ITEM: usize = 3;
-/// Index of `runtime.config_threadpool`.
-pub(crate) const CONFIG_THREADPOOL: usize = 4;
-
 /// Index of `ffi.Array` (makes an array of its arguments) in [`GLOBALS`].
-pub(crate) const MAKE_ARRAY: usize = 5;
-const _: () = assert!(GLOBALS.len() == 6);
+pub(crate) const MAKE_ARRAY: usize = 4;
+const _: () = assert!(GLOBALS.len() == 5);
 
 /// Calls a tvm-ffi function with borrowed arguments.
 ///

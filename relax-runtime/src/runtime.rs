@@ -1,7 +1,9 @@
-//! Loading TVM's runtime, once per process, with relax-runtime's kernels and its output
-//! allocator registered before any model loads (so that `api` needs nothing of them).
+//! Loading TVM's runtime, once per process, with relax-runtime's parallel launch,
+//! kernels and output allocator registered before any model loads (so that `api` needs
+//! nothing of them).
 
 use crate::api::{self, Api};
+use crate::backend;
 use crate::error::Result;
 use crate::kernels;
 use crate::locate::Hints;
@@ -14,6 +16,7 @@ pub(crate) fn load(hints: &Hints<'_>) -> Result<&'static Api> {
 }
 
 fn register(api: &Api) -> std::result::Result<(), String> {
+    backend::register(api)?;
     kernels::register(api)?;
     set_ops::register(api)?;
     outputs::register(api)

@@ -135,7 +135,6 @@ impl Instance {
     fn call_unprofiled(&self, model: &Model, index: usize, inputs: &[&Tensor]) -> Result<Output> {
         let signature = &model.signature.functions[index];
         signature.check_inputs(&model.signature.name, inputs)?;
-        crate::threads::apply_to_this_thread()?;
         let weights = &model.weights[index];
         let count = inputs.len() + weights.len();
         let mut inline = [argument::none(); INLINE_ARGUMENTS];

@@ -48,7 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let model = mlp_b1::Model::load()?;
     let expected = model.main(&x)?.to_vec::<f32>()?;
-    // Warm up (the pooled allocator and TVM's thread pool reach their steady state).
+    // Warm up (the pooled allocator and the thread pool reach their steady state).
     for _ in 0..calls / 100 {
         model.main(&x)?;
     }

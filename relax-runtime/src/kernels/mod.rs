@@ -4,9 +4,9 @@
 //! Every entry of [`relax_kernels::KERNELS`] is registered under its name
 //! (`TVMFFIFunctionCreate` + `TVMFFIFunctionSetGlobal`) when the TVM runtime is loaded,
 //! before any model. A call reads and checks TVM's arguments ([`arguments`]: float32,
-//! on the CPU, compact, aligned), runs the kernel on TVM's thread pool ([`launch`]) and
-//! turns its error or panic into a TVM error. The kernels, their arguments and their
-//! weight layouts are documented in relax-kernels.
+//! on the CPU, compact, aligned), runs the kernel on the calling thread's pool
+//! ([`launch`]) and turns its error or panic into a TVM error. The kernels, their
+//! arguments and their weight layouts are documented in relax-kernels.
 
 mod arguments;
 mod launch;
@@ -38,7 +38,7 @@ unsafe extern "C" fn call_kernel(
         // SAFETY: TVM's arguments are valid for the call, and its destination-passing
         // outputs are buffers of their own (checked against the inputs by `read`).
         let values = unsafe { arguments::read(name, args) }?;
-        kernel(&Arguments::new(name, &values, launch::on_tvm_pool))
+        kernel(&Arguments::new(name, &values, launch::on_pool))
     }));
     let (kind, message) = match outcome {
         Ok(Ok(())) => return 0,
