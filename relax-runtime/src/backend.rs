@@ -15,11 +15,11 @@
 //! fails with an error that says so, instead of waiting forever.
 
 use std::ffi::c_void;
-use std::ptr::NonNull;
 use std::sync::Mutex;
 
 use crate::api::{self, Api};
 use crate::globals;
+use crate::object::Object;
 use crate::pool;
 use crate::sys;
 
@@ -80,7 +80,7 @@ impl Closure {
 }
 
 /// A TVM error a task raised, moved from the thread that ran it.
-struct RaisedError(NonNull<sys::TVMFFIObject>);
+struct RaisedError(Object);
 
 // SAFETY: tvm-ffi objects are reference counted atomically, and an error object is
 // immutable once raised.
@@ -93,21 +93,15 @@ impl RaisedError {
         // SAFETY: moves this thread's raised error (if any) into `handle`, which we then
         // own.
         unsafe { (api::loaded().ffi.TVMFFIErrorMoveFromRaised)(&mut handle) };
-        NonNull::new(handle.cast()).map(RaisedError)
+        // SAFETY: `handle` is null or an error object whose reference we now own.
+        unsafe { Object::from_owned(handle) }.map(RaisedError)
     }
 
     /// Raises it on this thread.
     fn raise(self) {
         // SAFETY: a live error object; the thread's error slot takes a reference of its
         // own, and ours is released when `self` drops.
-        unsafe { (api::loaded().ffi.TVMFFIErrorSetRaised)(self.0.as_ptr().cast()) };
-    }
-}
-
-impl Drop for RaisedError {
-    fn drop(&mut self) {
-        // SAFETY: `self` owns one reference, released once.
-        unsafe { (api::loaded().ffi.TVMFFIObjectDecRef)(self.0.as_ptr().cast()) };
+        unsafe { (api::loaded().ffi.TVMFFIErrorSetRaised)(self.0.handle()) };
     }
 }
 
