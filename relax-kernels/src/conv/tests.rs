@@ -424,6 +424,10 @@ fn blocked_depthwise_convolutions_match_naive_loops() {
         depthwise(32, 20, 3, 1, 1, 1), // two blocks, rows of 21: two runs of 8
         depthwise(32, 9, 3, 2, 1, 1),  // stride 2
         depthwise(48, 7, 5, 1, 2, 1),  // 5x5 (EfficientNet), three blocks
+        Conv2d {
+            width: 41, // 5x5 at stride 2 (EfficientNet's downsampling): runs 8 + 8 + 3
+            ..depthwise(16, 9, 5, 2, 2, 1)
+        },
         depthwise(16, 11, 3, 1, 2, 2), // dilated, padding 2
         depthwise(16, 5, 5, 3, 4, 1),  // stride 3, padding wider than a stride
         depthwise(16, 1, 3, 1, 1, 1),  // a 1x2 plane: no interior column
