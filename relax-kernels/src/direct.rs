@@ -215,6 +215,30 @@ pub(crate) unsafe fn direct_conv(
                             epilogue,
                         )
                     });
+                    // The output rows this tile stores next (in a band's first row, this
+                    // one too), asked for now: inside a model they are out of the caches,
+                    // and the stores into 8 rows at once otherwise wait on each line.
+                    #[cfg(target_arch = "x86_64")]
+                    {
+                        let first = if oy == rows.start { oy } else { oy + 1 };
+                        for prefetched in first..(oy + 2).min(rows.end) {
+                            for filter in 0..count {
+                                let start = row_of(filter) + (prefetched - oy) * output_width;
+                                let row = out.at(start).cast_const();
+                                for line in (0..output_width).step_by(16) {
+                                    // SAFETY: a hint only: a prefetch of any address is
+                                    // sound (these lie in this unit's output rows).
+                                    unsafe {
+                                        std::arch::x86_64::_mm_prefetch::<
+                                            { std::arch::x86_64::_MM_HINT_T0 },
+                                        >(
+                                            row.wrapping_add(line).cast()
+                                        )
+                                    };
+                                }
+                            }
+                        }
+                    }
                     let tile = Tile {
                         phases,
                         taps: &taps,
