@@ -632,8 +632,8 @@ mod avx512 {
     /// The sums of the `P` interior pixels from column `ox` of output row `oy`: for the
     /// undilated 3- and 5-wide kernels at stride 1 (MobileNets', EfficientNets'),
     /// [`shared_inputs`]; else each tap's weight vector loaded once for the `P`. (At
-    /// stride 2, where an input vector serves at most 2 pixels, `shared_inputs` took 1.3x
-    /// the time on MobileNetV2's 112x112 layer, and its instances beside the stride-1
+    /// stride 2, where an input vector serves at most 2 pixels, the same sums took 1.3x
+    /// the time on MobileNetV2's 112x112 layer, and their instances beside the stride-1
     /// ones slowed those too: `cargo bench -p relax-kernels -- dw`, one core.)
     #[target_feature(enable = "avx512f")]
     #[inline]
@@ -644,64 +644,10 @@ mod avx512 {
         block: &Block<'_>,
     ) -> [__m512; P] {
         match (geometry.kernel.1, geometry.stride.1, geometry.dilation.1) {
-            (3, 1, 1) => shared_inputs::<P, 3, 1>(geometry, oy, ox, block),
-            (5, 1, 1) => shared_inputs::<P, 5, 1>(geometry, oy, ox, block),
-            _ => tap_by_tap::<P>(geometry, oy, ox, block),
+            (3, 1, 1) => return shared_inputs::<P, 3>(geometry, oy, ox, block),
+            (5, 1, 1) => return shared_inputs::<P, 5>(geometry, oy, ox, block),
+            _ => {}
         }
-    }
-
-    /// [`run`] for a kernel `K` columns wide at column stride `S`, undilated: each input
-    /// vector of a kernel row is loaded once, for every pixel of the run that reads it
-    /// (up to `K / S`), beside the row's `K` weight vectors. A 3x3 kernel at stride 1
-    /// loads 13 vectors a kernel row for 8 pixels' 24 multiply-adds, against 27 tap by
-    /// tap: the loads, not the multiply-adds, bound a depthwise layer. One core, AMD
-    /// Zen 5, two runs in turn against tap by tap: MobileNetV2's 3x3 layers took
-    /// 0.62-0.66x the time at 112x112, 0.90-0.92x at 56x56, 0.85-0.92x at 14x14 and 7x7;
-    /// EfficientNet-B0's 5x5 layer at 28x28 0.74-0.76x.
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn shared_inputs<const P: usize, const K: usize, const S: usize>(
-        geometry: &Geometry,
-        oy: usize,
-        ox: usize,
-        block: &Block<'_>,
-    ) -> [__m512; P] {
-        let mut sums = [_mm512_setzero_ps(); P];
-        let columns = (P - 1) * S + K;
-        // The run's first input column (of tap 0): inside the row, as the interior's.
-        let first = ox * S - geometry.padding.1;
-        for ky in geometry.rows_inside(oy) {
-            let row = geometry.input_row(oy, ky) * geometry.width;
-            let weights = &block.weights[ky * K * BLOCK..][..K * BLOCK];
-            let inputs = &block.input[(row + first) * BLOCK..][..columns * BLOCK];
-            // SAFETY: 16 values each, inside the slices just taken.
-            unsafe {
-                let weight: [__m512; K] =
-                    std::array::from_fn(|kx| _mm512_loadu_ps(weights.as_ptr().add(kx * BLOCK)));
-                for column in 0..columns {
-                    let value = _mm512_loadu_ps(inputs.as_ptr().add(column * BLOCK));
-                    for (kx, weight) in weight.iter().enumerate() {
-                        // Pixel `(column - kx) / S` of the run reads this column at tap `kx`.
-                        if column >= kx && (column - kx) % S == 0 && (column - kx) / S < P {
-                            let pixel = (column - kx) / S;
-                            sums[pixel] = _mm512_fmadd_ps(value, *weight, sums[pixel]);
-                        }
-                    }
-                }
-            }
-        }
-        sums
-    }
-
-    /// [`run`] for any kernel: each tap's weight vector loaded once for the `P`.
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn tap_by_tap<const P: usize>(
-        geometry: &Geometry,
-        oy: usize,
-        ox: usize,
-        block: &Block<'_>,
-    ) -> [__m512; P] {
         let mut sums = [_mm512_setzero_ps(); P];
         let step = geometry.stride.1 * BLOCK;
         for ky in geometry.rows_inside(oy) {
@@ -718,6 +664,49 @@ mod avx512 {
                     for (pixel, sum) in sums.iter_mut().enumerate() {
                         let value = _mm512_loadu_ps(inputs.as_ptr().add(pixel * step));
                         *sum = _mm512_fmadd_ps(value, weight, *sum);
+                    }
+                }
+            }
+        }
+        sums
+    }
+
+    /// [`run`] for a kernel `K` columns wide at stride 1, undilated: each input vector of
+    /// a kernel row is loaded once, for every pixel of the run that reads it (up to `K`),
+    /// beside the row's `K` weight vectors. A 3x3 kernel loads 13 vectors a kernel row for
+    /// 8 pixels' 24 multiply-adds, against 27 tap by tap: the loads, not the
+    /// multiply-adds, bound a depthwise layer. One core, AMD Zen 5, two runs in turn
+    /// against tap by tap: MobileNetV2's 3x3 layers took
+    /// 0.62-0.66x the time at 112x112, 0.90-0.92x at 56x56, 0.85-0.92x at 14x14 and 7x7;
+    /// EfficientNet-B0's 5x5 layer at 28x28 0.74-0.76x.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn shared_inputs<const P: usize, const K: usize>(
+        geometry: &Geometry,
+        oy: usize,
+        ox: usize,
+        block: &Block<'_>,
+    ) -> [__m512; P] {
+        let mut sums = [_mm512_setzero_ps(); P];
+        let columns = P - 1 + K;
+        // The run's first input column (of tap 0): inside the row, as the interior's.
+        let first = ox - geometry.padding.1;
+        for ky in geometry.rows_inside(oy) {
+            let row = geometry.input_row(oy, ky) * geometry.width;
+            let weights = &block.weights[ky * K * BLOCK..][..K * BLOCK];
+            let inputs = &block.input[(row + first) * BLOCK..][..columns * BLOCK];
+            // SAFETY: 16 values each, inside the slices just taken.
+            unsafe {
+                let weight: [__m512; K] =
+                    std::array::from_fn(|kx| _mm512_loadu_ps(weights.as_ptr().add(kx * BLOCK)));
+                for column in 0..columns {
+                    let value = _mm512_loadu_ps(inputs.as_ptr().add(column * BLOCK));
+                    for (kx, weight) in weight.iter().enumerate() {
+                        // Pixel `column - kx` of the run reads this column at tap `kx`.
+                        if (kx..kx + P).contains(&column) {
+                            let pixel = column - kx;
+                            sums[pixel] = _mm512_fmadd_ps(value, *weight, sums[pixel]);
+                        }
                     }
                 }
             }
