@@ -22,6 +22,7 @@
 //! started); the tiles of a segment sum a pass of channel blocks (as many as keep their
 //! weights in the level-1 cache) into the output and resume from there.
 
+use super::caches::LINE_VALUES;
 use super::conv_operands::{Conv2d, Operands, PerFilter};
 use super::epilogue::Epilogue;
 use super::panels::PANEL;
@@ -31,9 +32,6 @@ use super::simd::Isa;
 
 /// Channels per block: one AVX-512 vector of float32.
 pub(crate) const BLOCK: usize = 16;
-
-/// Float32 values per cache line.
-const LINE_VALUES: usize = 64 / std::mem::size_of::<f32>();
 
 /// Output pixels per tile of `vectors` blocks of 16 filters: 24 accumulators, the weight
 /// vectors and a broadcast fit AVX-512's 32 registers (a panel of 64 filters: 6 pixels; of

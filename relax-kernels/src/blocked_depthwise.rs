@@ -676,9 +676,9 @@ mod avx512 {
     /// beside the row's `K` weight vectors. A 3x3 kernel loads 13 vectors a kernel row for
     /// 8 pixels' 24 multiply-adds, against 27 tap by tap: the loads, not the
     /// multiply-adds, bound a depthwise layer. One core, AMD Zen 5, two runs in turn
-    /// against tap by tap: MobileNetV2's 3x3 layers took
-    /// 0.62-0.66x the time at 112x112, 0.90-0.92x at 56x56, 0.85-0.92x at 14x14 and 7x7;
-    /// EfficientNet-B0's 5x5 layer at 28x28 0.74-0.76x.
+    /// against tap by tap: MobileNetV2's 3x3 layers took 0.62-0.66x the time at 112x112,
+    /// 0.90-0.92x at 56x56, 0.85-0.92x at 14x14 and 7x7; EfficientNet-B0's 5x5 layer at
+    /// 28x28 0.74-0.76x.
     #[target_feature(enable = "avx512f")]
     #[inline]
     fn shared_inputs<const P: usize, const K: usize>(

@@ -2,6 +2,9 @@
 
 use std::sync::OnceLock;
 
+/// Float32 values per cache line (64 bytes), the step of the kernels' prefetches.
+pub(crate) const LINE_VALUES: usize = 64 / std::mem::size_of::<f32>();
+
 /// The bytes of the level-2 cache of the first CPU (`/sys/devices/system/cpu/cpu0/cache`),
 /// read once; None where it is not reported.
 pub(crate) fn level2_bytes() -> Option<usize> {

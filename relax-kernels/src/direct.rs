@@ -228,7 +228,7 @@ pub(crate) unsafe fn direct_conv(
                             for filter in 0..count {
                                 let start = row_of(filter) + (prefetched - oy) * output_width;
                                 let row = out.at(start).cast_const();
-                                for line in (0..output_width).step_by(16) {
+                                for line in (0..output_width).step_by(super::caches::LINE_VALUES) {
                                     // SAFETY: a hint only: a prefetch of any address is
                                     // sound (these lie in this unit's output rows).
                                     unsafe {
