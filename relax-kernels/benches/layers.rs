@@ -232,6 +232,14 @@ impl Conv {
                 "NCHW in, blocked out, filter panels",
                 self.run(quick, (&x, &nchw), (&panels, &panel_shape), &blocked_out),
             );
+            row(
+                if c <= 4 {
+                    "NCHW in, blocked out, direct sums"
+                } else {
+                    "NCHW in, blocked out, OIHW"
+                },
+                self.run(quick, (&x, &nchw), (&w, &oihw), &blocked_out),
+            );
         }
         if c % 16 == 0 && f % 16 == 0 {
             let blocked_x = [1, (c / 16) as i64, s as i64, s as i64, 16];

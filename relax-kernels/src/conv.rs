@@ -348,7 +348,7 @@ enum Algorithm {
     Blocked { input_blocked: bool, isa: Isa },
     BlockedWinograd { tile: Tile, isa: Isa },
     BlockedDepthwise(Isa),
-    Direct(Isa),
+    Direct { blocked: bool, isa: Isa },
 }
 
 impl Algorithm {
@@ -376,7 +376,9 @@ impl Algorithm {
                     blocked_winograd::blocked_winograd(shape, tile, isa, operands, launch)
                 }
                 Algorithm::BlockedDepthwise(isa) => blocked_depthwise(shape, isa, operands, launch),
-                Algorithm::Direct(isa) => direct_conv(shape, isa, operands, launch),
+                Algorithm::Direct { blocked, isa } => {
+                    direct_conv(shape, isa, blocked, operands, launch)
+                }
             }
         }
     }
@@ -932,12 +934,24 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
             .then(|| Tile::of_values(w.shape[0] as usize))
             .flatten();
     let blocked_winograd_form = blocked_winograd_tile.is_some();
+    // An OIHW kernel from an NCHW input onto a blocked output (a network's stem, whose
+    // output blocked layers read): summed directly where `direct::computes` it, else
+    // packed in filter panels on this call.
+    let oihw_onto_blocked = blocked
+        && !input_blocked
+        && w.shape.len() == 4
+        && !blocked_winograd_form
+        && !blocked_depthwise;
     if !whole_blocks(&x)
         || !whole_blocks(&out)
-        || (blocked && w.shape.len() != 5 && !blocked_winograd_form && !blocked_depthwise)
+        || (blocked
+            && w.shape.len() != 5
+            && !blocked_winograd_form
+            && !blocked_depthwise
+            && !oihw_onto_blocked)
     {
         return Err(format!(
-            "{name}: a blocked convolution takes blocks of {BLOCK} channels and its kernel in filter panels (or in blocked Winograd form, [16 or 36, ceil(out / 64), in, 64]; or OIHW, [C, 1, KH, KW], depthwise): x {:?}, w {:?}, out {:?}",
+            "{name}: a blocked convolution takes blocks of {BLOCK} channels and its kernel in filter panels (or in blocked Winograd form, [16 or 36, ceil(out / 64), in, 64]; or OIHW, [C, 1, KH, KW], depthwise; or OIHW from an NCHW input): x {:?}, w {:?}, out {:?}",
             x.shape, w.shape, out.shape
         ));
     }
@@ -1045,6 +1059,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         && (!blocked
             || groups == 1
             || (blocked_depthwise && groups == shape.channels && shape.filters == shape.channels))
+        && (!blocked || shape.filters.is_multiple_of(BLOCK))
         && (!blocked_winograd_form || blocked_winograd::computes(&shape))
         && residual.is_none_or(|residual| residual.shape == out.shape)
         && shape.output().is_some_and(|(height, width)| {
@@ -1104,8 +1119,16 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     // unfolded.
     let algorithm = match (algorithm, shape.output()) {
         (Algorithm::Unfolded, Some((_, width))) => direct::computes(&shape, width)
-            .map(Algorithm::Direct)
+            .map(|isa| Algorithm::Direct {
+                blocked: false,
+                isa,
+            })
             .unwrap_or(algorithm),
+        (Algorithm::Blocked { .. }, Some((_, width))) if oihw_onto_blocked => {
+            direct::computes(&shape, width)
+                .map(|isa| Algorithm::Direct { blocked: true, isa })
+                .unwrap_or(algorithm)
+        }
         _ => algorithm,
     };
     let operands = Operands {
@@ -1116,6 +1139,23 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         epilogue,
         out: Shared(out.data),
     };
+    if oihw_onto_blocked && matches!(algorithm, Algorithm::Blocked { .. }) {
+        let depth = shape.channels * shape.kernel.0 * shape.kernel.1;
+        // SAFETY: an OIHW kernel of one group (checked above: `blocked` takes one group
+        // but depthwise): `F * C * KH * KW` values, read only.
+        let kernel = unsafe { std::slice::from_raw_parts(w.data, shape.filters * depth) };
+        let panels = super::panels::pack(depth, shape.filters, |at, filter| {
+            kernel[filter * depth + at]
+        });
+        let operands = Operands {
+            w: panels.as_ptr(),
+            ..operands
+        };
+        // SAFETY: the shapes were checked above (an NCHW `x`, a blocked `out` of whole
+        // blocks, one group), and `panels` is the kernel in the filter panels of the
+        // output's filters that the blocked kernel reads.
+        return unsafe { algorithm.convolve(&shape, operands, args.launch) };
+    }
     // A 3x3 layer over a large plane whose kernel came OIHW (NCHW tensors) or in filter
     // panels (blocked ones): Winograd F(4x4), the kernel transformed on this call into the
     // form the algorithm reads (see `winograd_per_call`); with the kernel's values.
@@ -1169,7 +1209,8 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     // Winograd: also a blocked `x`, what `blocked_winograd::computes`, and the form's
     // `[16 or 36, ceil(F / 64), C, 64]` for its tile; blocked depthwise: a blocked `x`, an
     // OIHW `w` of one channel per group, as many groups as channels and filters; direct:
-    // an OIHW `w` and NCHW tensors, one group, as `direct::computes` checks).
+    // an OIHW `w`, an NCHW `x` and an NCHW or blocked `out` of whole blocks, one group,
+    // as `direct::computes` checks).
     unsafe { algorithm.convolve(&shape, operands, args.launch) }
 }
 

@@ -16,13 +16,22 @@
 //! On AVX-512 CPUs the per-filter scale and shift, the residual and a clamp are applied
 //! in registers as the sums are stored (a GELU, SiLU or hard-swish to the stored row
 //! after); elsewhere a portable path (16-lane arrays) applies them to the stored row.
+//!
+//! The output may also be channel-blocked (`[N, F / 16, OH, OW, 16]`, see `blocked`), as
+//! the blocked layers after a stem read it: then the vector lanes are a block's 16
+//! filters, each input value is broadcast to them, and a pixel's 16 sums are stored
+//! together, so that the stem's output needs no transform to blocks (MobileNetV2's took
+//! 26 us a call after its 129 us stem).
 
 use std::cell::RefCell;
+use std::ops::Range;
 
-use super::conv_operands::{finish_of, Conv2d, Operands};
+use super::blocked::BLOCK;
+use super::conv_operands::{finish_of, Conv2d, Operands, PerFilter};
+use super::epilogue::Epilogue;
 use super::parallel::{for_each_unit, Launch, Shared, INLINE_WORK};
 use super::scratch::{prefix, reuse};
-use super::simd::{multiversion, Isa};
+use super::simd::{mul_add, multiversion, Isa};
 
 /// Filters summed together (their weights broadcast from one row of the packed kernel).
 const FILTERS: usize = 8;
@@ -30,6 +39,17 @@ const FILTERS: usize = 8;
 /// Output pixels summed together: two 16-lane vectors, so that 8 filters by 32 pixels
 /// are 16 accumulators beside the inputs and weights (AVX-512 has 32 registers).
 const PIXELS: usize = 32;
+
+/// Output pixels the tiles of a blocked output's row sum together on AVX-512 (two blocks
+/// by 12 are 24 accumulators; an odd last block is summed by 12 pixels too, so that the
+/// compiler unrolls the loop that stores them and the sums stay in registers), a multiple
+/// of [`PORTABLE_BLOCKED_PIXELS`]: phase rows are padded to whole tiles of both.
+const BLOCKED_RUN: usize = 12;
+
+/// Output pixels the portable tiles of a blocked output (AVX2's too) sum together: 6 by
+/// a block of 16 filters are 12 of AVX2's 16 registers.
+const PORTABLE_BLOCKED_PIXELS: usize = 6;
+const _: () = assert!(BLOCKED_RUN.is_multiple_of(PORTABLE_BLOCKED_PIXELS));
 
 /// Input channels up to which [`computes`] takes a convolution (an image's 1, 3 or 4).
 const MAX_CHANNELS: usize = 4;
@@ -57,15 +77,15 @@ pub(crate) fn computes(shape: &Conv2d, output_width: usize) -> Option<Isa> {
     (fits && isa != Isa::Portable).then_some(isa)
 }
 
-/// The OIHW kernel `[F, C, KH, KW]` as `[ceil(F / 8), C * KH * KW, 8]`: each tap's
-/// weights of 8 filters side by side, zeros for the filters past `F`.
-fn packed_kernel(w: &[f32], filters: usize, depth: usize) -> Vec<f32> {
-    let tiles = filters.div_ceil(FILTERS);
-    let mut packed = vec![0f32; tiles * depth * FILTERS];
+/// The OIHW kernel `[F, C, KH, KW]` as `[ceil(F / LANES), C * KH * KW, LANES]`: each
+/// tap's weights of `LANES` filters side by side, zeros for the filters past `F`.
+fn packed_kernel<const LANES: usize>(w: &[f32], filters: usize, depth: usize) -> Vec<f32> {
+    let tiles = filters.div_ceil(LANES);
+    let mut packed = vec![0f32; tiles * depth * LANES];
     for (filter, kernel) in w.chunks_exact(depth).enumerate() {
-        let (tile, lane) = (filter / FILTERS, filter % FILTERS);
+        let (tile, lane) = (filter / LANES, filter % LANES);
         for (tap, &weight) in kernel.iter().enumerate() {
-            packed[(tile * depth + tap) * FILTERS + lane] = weight;
+            packed[(tile * depth + tap) * LANES + lane] = weight;
         }
     }
     packed
@@ -93,16 +113,19 @@ impl PhaseRows {
 }
 
 /// `out = epilogue(conv2d(x, w) * scale + shift + residual)` by direct sums, with `w`
-/// OIHW and every tensor NCHW; the sums made with the instructions of `isa`.
+/// OIHW and `x` NCHW; `out` and `residual` NCHW, or channel-blocked (`blocked`:
+/// `[N, F / 16, OH, OW, 16]`, see `blocked`); the sums made with the instructions of
+/// `isa`.
 ///
 /// # Safety
 /// `x` holds `shape.batch * C * H * W` values, `w` `[F, C, KH, KW]`, `out` and `residual`
-/// `[N, F, OH, OW]`, `per_filter` a value per filter; all valid for the call, and `out`
-/// overlaps none of the others. `shape.groups == 1`. `isa` one this CPU runs
+/// `N * F * OH * OW` values, `per_filter` a value per filter; all valid for the call, and
+/// `out` overlaps none of the others. `shape.groups == 1`. `isa` one this CPU runs
 /// ([`Isa::runs_here`]).
 pub(crate) unsafe fn direct_conv(
     shape: &Conv2d,
     isa: Isa,
+    blocked: bool,
     operands: Operands<'_>,
     launch: Launch,
 ) -> Result<(), String> {
@@ -125,17 +148,23 @@ pub(crate) unsafe fn direct_conv(
     if depth == 0 {
         return Err("a direct convolution needs input channels and kernel taps".to_string());
     }
+    if blocked && !filters.is_multiple_of(BLOCK) {
+        return Err(format!(
+            "a direct convolution onto blocks of {BLOCK} channels needs whole blocks of filters, not {filters}"
+        ));
+    }
     // SAFETY: the caller's contract: `w` holds `F * C * KH * KW` values, read only.
-    let packed = packed_kernel(
-        unsafe { std::slice::from_raw_parts(w, filters * depth) },
-        filters,
-        depth,
-    );
+    let w = unsafe { std::slice::from_raw_parts(w, filters * depth) };
+    let (packed, run) = if blocked {
+        (packed_kernel::<BLOCK>(w, filters, depth), BLOCKED_RUN)
+    } else {
+        (packed_kernel::<FILTERS>(w, filters, depth), PIXELS)
+    };
     let band = BAND_ROWS.min(output_height.div_ceil(MIN_UNITS)).max(1);
     let bands = output_height.div_ceil(band);
     let layout = PhaseRows {
         rows: (band - 1) * stride_h + (kernel_h - 1) * dilation_h + 1,
-        length: output_width.next_multiple_of(PIXELS) + (kernel_w - 1) * dilation_w / stride_w,
+        length: output_width.next_multiple_of(run) + (kernel_w - 1) * dilation_w / stride_w,
         stride: stride_w,
     };
     // Where each tap (channel, ky, kx) reads in the band's first output row; a row
@@ -151,12 +180,20 @@ pub(crate) unsafe fn direct_conv(
         })
         .collect();
     let row_step = stride_h * stride_w * layout.length;
-    let (input_plane, output_plane) = (shape.height * shape.width, output_height * output_width);
-    let (x, residual) = (
-        Shared(x.cast_mut()),
-        residual.map(|residual| Shared(residual.cast_mut())),
-    );
-    let work = shape.batch * output_plane * filters * depth;
+    let input_plane = shape.height * shape.width;
+    let x = Shared(x.cast_mut());
+    let sums = Sums {
+        isa,
+        filters,
+        depth,
+        output: (output_height, output_width),
+        packed: &packed,
+        per_filter,
+        residual: residual.map(|residual| Shared(residual.cast_mut())),
+        epilogue,
+        out,
+    };
+    let work = shape.batch * output_height * output_width * filters * depth;
     for_each_unit(launch, work < INLINE_WORK, shape.batch * bands, &|unit| {
         let (image, band_index) = (unit / bands, unit % bands);
         let rows = band_index * band..((band_index + 1) * band).min(output_height);
@@ -173,107 +210,18 @@ pub(crate) unsafe fn direct_conv(
             let first_row = (rows.start * stride_h) as isize - shape.padding.0 as isize;
             fill_phase_rows(shape, layout, input, first_row, phases, padded);
             for oy in rows.clone() {
-                let base = (oy - rows.start) * row_step;
-                for (tile, weights) in packed.chunks_exact(depth * FILTERS).enumerate() {
-                    let first_filter = tile * FILTERS;
-                    let count = FILTERS.min(filters - first_filter);
-                    let row_of = |filter: usize| {
-                        ((image * filters + first_filter + filter) * output_height + oy)
-                            * output_width
-                    };
-                    let mut outputs: [&mut [f32]; FILTERS] = std::array::from_fn(|filter| {
-                        if filter < count {
-                            // SAFETY: output row `oy` of this filter is this unit's alone
-                            // (units are disjoint bands of rows, each run once), inside
-                            // the checked `out`.
-                            unsafe {
-                                std::slice::from_raw_parts_mut(out.at(row_of(filter)), output_width)
-                            }
-                        } else {
-                            Default::default()
-                        }
-                    });
-                    let residuals: [&[f32]; FILTERS] = std::array::from_fn(|filter| {
-                        match residual {
-                            // SAFETY: the residual's row `oy` of this filter, read only,
-                            // inside the checked `residual`.
-                            Some(residual) if filter < count => unsafe {
-                                std::slice::from_raw_parts(
-                                    residual.at(row_of(filter)).cast_const(),
-                                    output_width,
-                                )
-                            },
-                            _ => &[],
-                        }
-                    });
-                    let finishes: [_; FILTERS] = std::array::from_fn(|filter| {
-                        let residual = residual.map(|_| residuals[filter]);
-                        finish_of(
-                            per_filter,
-                            (first_filter + filter).min(filters - 1),
-                            residual,
-                            epilogue,
-                        )
-                    });
-                    // The output rows this tile stores next (in a band's first row, this
-                    // one too), asked for now: inside a model they are out of the caches,
-                    // and the stores into 8 rows at once otherwise wait on each line.
-                    // MobileNetV2's stem, one core (`cargo bench -p relax-kernels --
-                    // "3->32"`, runs in turn): with the caches evicted 0.35-0.39 ms before,
-                    // 0.30-0.32 after; with them warm 0.149-0.156 before, 0.159-0.162 after.
-                    #[cfg(target_arch = "x86_64")]
-                    {
-                        let first = if oy == rows.start { oy } else { oy + 1 };
-                        for prefetched in first..(oy + 2).min(rows.end) {
-                            for filter in 0..count {
-                                let start = row_of(filter) + (prefetched - oy) * output_width;
-                                let row = out.at(start).cast_const();
-                                for line in (0..output_width).step_by(super::caches::LINE_VALUES) {
-                                    // SAFETY: a hint only: a prefetch of any address is
-                                    // sound (these lie in this unit's output rows).
-                                    unsafe {
-                                        std::arch::x86_64::_mm_prefetch::<
-                                            { std::arch::x86_64::_MM_HINT_T0 },
-                                        >(
-                                            row.wrapping_add(line).cast()
-                                        )
-                                    };
-                                }
-                            }
-                        }
-                    }
-                    let tile = Tile {
-                        phases,
-                        taps: &taps,
-                        base,
-                        weights,
-                    };
-                    // Whether the sums were finished as they were stored (but a GELU, SiLU
-                    // or hard-swish).
-                    let in_registers = match isa {
-                        #[cfg(target_arch = "x86_64")]
-                        Isa::Avx512 => {
-                            // SAFETY: the caller's contract: the CPU has AVX-512F.
-                            unsafe { avx512::sums(&tile, &finishes, &mut outputs) };
-                            true
-                        }
-                        #[cfg(target_arch = "x86_64")]
-                        Isa::Avx2 => {
-                            // SAFETY: the caller's contract: the CPU has AVX2 and FMA.
-                            unsafe { avx2::sums(&tile, &finishes, &mut outputs) };
-                            true
-                        }
-                        _ => {
-                            portable_sums(&tile, &mut outputs);
-                            false
-                        }
-                    };
-                    for (row, finish) in outputs.iter_mut().zip(&finishes) {
-                        if !in_registers {
-                            finish.apply(row);
-                        } else if epilogue.after_registers() {
-                            epilogue.apply(row);
-                        }
+                let inputs = Inputs {
+                    phases,
+                    taps: &taps,
+                    base: (oy - rows.start) * row_step,
+                };
+                // SAFETY: `rows` are this unit's alone (units are disjoint bands of
+                // rows, each run once), and the caller's contract holds for `sums`.
+                unsafe {
+                    if blocked {
+                        sums.blocked_row(image, oy, &inputs);
+                    } else {
+                        sums.nchw_row(image, oy, &rows, &inputs);
                     }
                 }
             }
@@ -281,16 +229,225 @@ pub(crate) unsafe fn direct_conv(
     })
 }
 
-/// What one output row's sums for one tile of filters read.
-struct Tile<'a> {
+/// What every output row of a call reads, and where its sums go.
+struct Sums<'a> {
+    isa: Isa,
+    filters: usize,
+    /// Taps per filter, `C * KH * KW`.
+    depth: usize,
+    /// The output plane's height and width.
+    output: (usize, usize),
+    /// The kernel packed by [`packed_kernel`]: 8 filters a row (NCHW output) or 16 (a
+    /// blocked one).
+    packed: &'a [f32],
+    per_filter: Option<PerFilter<'a>>,
+    residual: Option<Shared>,
+    epilogue: Epilogue,
+    out: Shared,
+}
+
+impl Sums<'_> {
+    /// Output row `oy` of image `image` onto NCHW planes, a tile of 8 filters at a time.
+    ///
+    /// # Safety
+    /// As [`direct_conv`]'s, with NCHW `out` and `residual`; `oy` is in `rows`, which only
+    /// this caller writes.
+    unsafe fn nchw_row(&self, image: usize, oy: usize, rows: &Range<usize>, inputs: &Inputs<'_>) {
+        let (filters, depth, isa, epilogue) = (self.filters, self.depth, self.isa, self.epilogue);
+        let (output_height, output_width) = self.output;
+        for (tile, weights) in self.packed.chunks_exact(depth * FILTERS).enumerate() {
+            let first_filter = tile * FILTERS;
+            let count = FILTERS.min(filters - first_filter);
+            let row_of = |filter: usize| {
+                ((image * filters + first_filter + filter) * output_height + oy) * output_width
+            };
+            let mut outputs: [&mut [f32]; FILTERS] = std::array::from_fn(|filter| {
+                if filter < count {
+                    // SAFETY: output row `oy` of this filter is this caller's alone,
+                    // inside the checked `out`.
+                    unsafe {
+                        std::slice::from_raw_parts_mut(self.out.at(row_of(filter)), output_width)
+                    }
+                } else {
+                    Default::default()
+                }
+            });
+            let residuals: [&[f32]; FILTERS] = std::array::from_fn(|filter| match self.residual {
+                // SAFETY: the residual's row `oy` of this filter, read only, inside the
+                // checked `residual`.
+                Some(residual) if filter < count => unsafe {
+                    std::slice::from_raw_parts(
+                        residual.at(row_of(filter)).cast_const(),
+                        output_width,
+                    )
+                },
+                _ => &[],
+            });
+            let finishes: [_; FILTERS] = std::array::from_fn(|filter| {
+                let residual = self.residual.map(|_| residuals[filter]);
+                finish_of(
+                    self.per_filter,
+                    (first_filter + filter).min(filters - 1),
+                    residual,
+                    epilogue,
+                )
+            });
+            // The output rows this tile stores next (in a band's first row, this one
+            // too), asked for now: inside a model they are out of the caches, and the
+            // stores into 8 rows at once otherwise wait on each line. MobileNetV2's stem,
+            // one core (`cargo bench -p relax-kernels -- "3->32"`, runs in turn): with the
+            // caches evicted 0.35-0.39 ms before, 0.30-0.32 after; with them warm
+            // 0.149-0.156 before, 0.159-0.162 after.
+            #[cfg(target_arch = "x86_64")]
+            {
+                let first = if oy == rows.start { oy } else { oy + 1 };
+                for prefetched in first..(oy + 2).min(rows.end) {
+                    for filter in 0..count {
+                        let start = row_of(filter) + (prefetched - oy) * output_width;
+                        let row = self.out.at(start).cast_const();
+                        for line in (0..output_width).step_by(super::caches::LINE_VALUES) {
+                            // SAFETY: a hint only: a prefetch of any address is sound
+                            // (these lie in this caller's output rows).
+                            unsafe {
+                                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                                    row.wrapping_add(line).cast(),
+                                )
+                            };
+                        }
+                    }
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = rows;
+            // Whether the sums were finished as they were stored (but a GELU, SiLU or
+            // hard-swish).
+            let in_registers = match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => {
+                    // SAFETY: the caller's contract: the CPU has AVX-512F.
+                    unsafe { avx512::sums(inputs, weights, &finishes, &mut outputs) };
+                    true
+                }
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => {
+                    // SAFETY: the caller's contract: the CPU has AVX2 and FMA.
+                    unsafe { avx2::sums(inputs, weights, &finishes, &mut outputs) };
+                    true
+                }
+                _ => {
+                    portable_sums(inputs, weights, &mut outputs);
+                    false
+                }
+            };
+            for (row, finish) in outputs.iter_mut().zip(&finishes) {
+                if !in_registers {
+                    finish.apply(row);
+                } else if epilogue.after_registers() {
+                    epilogue.apply(row);
+                }
+            }
+        }
+    }
+
+    /// Output row `oy` of image `image` onto blocks of 16 filters, each pixel's 16 stored
+    /// together: on AVX-512, two blocks by 12 pixels at a time (an odd last block alone),
+    /// each input broadcast to the 16 filters of both; elsewhere a block by
+    /// [`PORTABLE_BLOCKED_PIXELS`] (the compiler's vectors).
+    ///
+    /// # Safety
+    /// As [`direct_conv`]'s, with blocked `out` and `residual`; row `oy` of image `image`
+    /// is this caller's alone.
+    unsafe fn blocked_row(&self, image: usize, oy: usize, inputs: &Inputs<'_>) {
+        let (output_height, output_width) = self.output;
+        let blocks = self.filters / BLOCK;
+        let row_values = output_width * BLOCK;
+        let weights_size = self.depth * BLOCK;
+        let row_of = |block: usize| ((image * blocks + block) * output_height + oy) * row_values;
+        let block_of = |block: usize| {
+            let filters = block * BLOCK..(block + 1) * BLOCK;
+            OutputBlock {
+                weights: &self.packed[block * weights_size..][..weights_size],
+                scale: self
+                    .per_filter
+                    .and_then(|per_filter| per_filter.scale)
+                    .map(|scale| &scale[filters.clone()]),
+                shift: self.per_filter.map(|per_filter| &per_filter.shift[filters]),
+                // SAFETY: the residual's row `oy` of this block, read only, inside the
+                // checked `residual`.
+                residual: self.residual.map(|residual| unsafe {
+                    std::slice::from_raw_parts(residual.at(row_of(block)).cast_const(), row_values)
+                }),
+                // SAFETY: row `oy` of this block is this caller's alone, inside the
+                // checked `out`.
+                out: unsafe {
+                    std::slice::from_raw_parts_mut(self.out.at(row_of(block)), row_values)
+                },
+            }
+        };
+        let clamp = self.epilogue.bounds();
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                for first in (0..blocks).step_by(2) {
+                    if first + 1 < blocks {
+                        let mut pair = [block_of(first), block_of(first + 1)];
+                        for start in (0..output_width).step_by(BLOCKED_RUN) {
+                            // SAFETY: the caller's contract: the CPU has AVX-512F.
+                            unsafe {
+                                avx512::blocked_sums::<2, BLOCKED_RUN>(
+                                    inputs, start, &mut pair, clamp,
+                                )
+                            };
+                        }
+                    } else {
+                        let mut last = [block_of(first)];
+                        for start in (0..output_width).step_by(BLOCKED_RUN) {
+                            // SAFETY: as above.
+                            unsafe {
+                                avx512::blocked_sums::<1, BLOCKED_RUN>(
+                                    inputs, start, &mut last, clamp,
+                                )
+                            };
+                        }
+                    }
+                }
+            }
+            _ => {
+                for block in 0..blocks {
+                    let mut one = block_of(block);
+                    for start in (0..output_width).step_by(PORTABLE_BLOCKED_PIXELS) {
+                        portable_blocked_sums(inputs, start, &mut one, clamp);
+                    }
+                }
+            }
+        }
+        if self.epilogue.after_registers() {
+            for block in 0..blocks {
+                self.epilogue.apply(block_of(block).out);
+            }
+        }
+    }
+}
+
+/// Where one output row's sums read their inputs.
+struct Inputs<'a> {
     /// The band's phase rows.
     phases: &'a [f32],
     /// Where each tap reads in the band's first output row.
     taps: &'a [usize],
     /// What to add to `taps` for this output row.
     base: usize,
-    /// The tile's packed kernel, `[C * KH * KW, 8]`.
+}
+
+/// One block of 16 filters of an output row, blocked: its packed kernel
+/// `[C * KH * KW, 16]`, what its sums get (16 values each), and where they go
+/// (`[OW, 16]`, as its residual).
+struct OutputBlock<'a> {
     weights: &'a [f32],
+    scale: Option<&'a [f32]>,
+    shift: Option<&'a [f32]>,
+    residual: Option<&'a [f32]>,
+    out: &'a mut [f32],
 }
 
 /// Fills `phases` with the band's input rows from input row `first_row` (negative in the
@@ -362,7 +519,7 @@ const PORTABLE_PIXELS: usize = 16;
 multiversion! {
     /// The sums of one output row for one tile of filters, stored in `outputs` (a row
     /// per filter; an empty one for a filter past the last).
-    fn portable_sums(tile: &Tile<'_>, outputs: &mut [&mut [f32]; FILTERS]) {
+    fn portable_sums(inputs: &Inputs<'_>, weights: &[f32], outputs: &mut [&mut [f32]; FILTERS]) {
         let width = outputs[0].len();
         for start in (0..width).step_by(PORTABLE_PIXELS) {
             let count = PORTABLE_PIXELS.min(width - start);
@@ -371,9 +528,9 @@ multiversion! {
                     break;
                 }
                 let mut sums = [[0f32; PORTABLE_PIXELS]; PORTABLE_FILTERS];
-                for (&at, weights) in tile.taps.iter().zip(tile.weights.chunks_exact(FILTERS)) {
-                    let at = tile.base + at + start;
-                    let inputs: &[f32; PORTABLE_PIXELS] = tile.phases[at..at + PORTABLE_PIXELS]
+                for (&at, weights) in inputs.taps.iter().zip(weights.chunks_exact(FILTERS)) {
+                    let at = inputs.base + at + start;
+                    let values: &[f32; PORTABLE_PIXELS] = inputs.phases[at..at + PORTABLE_PIXELS]
                         .try_into()
                         .expect("PORTABLE_PIXELS values");
                     let weights: &[f32; PORTABLE_FILTERS] = weights
@@ -382,7 +539,7 @@ multiversion! {
                         .expect("PORTABLE_FILTERS weights");
                     for filter in 0..PORTABLE_FILTERS {
                         for pixel in 0..PORTABLE_PIXELS {
-                            sums[filter][pixel] += weights[filter] * inputs[pixel];
+                            sums[filter][pixel] += weights[filter] * values[pixel];
                         }
                     }
                 }
@@ -396,11 +553,51 @@ multiversion! {
     }
 }
 
+multiversion! {
+    /// The sums of [`PORTABLE_BLOCKED_PIXELS`] pixels of an output row from `start` (fewer
+    /// at the row's end) for one block of 16 filters, finished (scale and shift, residual,
+    /// `clamp`) and stored; a GELU, SiLU or hard-swish is left to the caller.
+    fn portable_blocked_sums<const FMA: bool>(
+        inputs: &Inputs<'_>,
+        start: usize,
+        block: &mut OutputBlock<'_>,
+        clamp: Option<(f32, f32)>,
+    ) {
+        const P: usize = PORTABLE_BLOCKED_PIXELS;
+        let count = P.min(block.out.len() / BLOCK - start);
+        let mut sums = [[0f32; BLOCK]; P];
+        for (&at, weights) in inputs.taps.iter().zip(block.weights.chunks_exact(BLOCK)) {
+            let at = inputs.base + at + start;
+            let values: &[f32; P] = inputs.phases[at..at + P].try_into().expect("P values");
+            for (sums, &value) in sums.iter_mut().zip(values) {
+                for (sum, &weight) in sums.iter_mut().zip(weights) {
+                    *sum = mul_add::<FMA>(weight, value, *sum);
+                }
+            }
+        }
+        for (pixel, sums) in sums.iter().enumerate().take(count) {
+            let at = (start + pixel) * BLOCK;
+            for (lane, &sum) in sums.iter().enumerate() {
+                let scale = block.scale.map_or(1.0, |scale| scale[lane]);
+                let shift = block.shift.map_or(0.0, |shift| shift[lane]);
+                let mut value = sum * scale + shift;
+                if let Some(residual) = block.residual {
+                    value += residual[at + lane];
+                }
+                if let Some((low, high)) = clamp {
+                    value = value.max(low).min(high);
+                }
+                block.out[at + lane] = value;
+            }
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{Tile, FILTERS};
+    use super::{Inputs, FILTERS};
     use crate::epilogue::Finish;
 
     /// Filters and pixels summed together: 8 accumulators of the 16 registers.
@@ -415,7 +612,8 @@ mod avx2 {
     /// The CPU has AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn sums(
-        tile: &Tile<'_>,
+        inputs: &Inputs<'_>,
+        weights: &[f32],
         finishes: &[Finish<'_>; FILTERS],
         outputs: &mut [&mut [f32]; FILTERS],
     ) {
@@ -428,21 +626,21 @@ mod avx2 {
                     break;
                 }
                 let mut sums = [[_mm256_setzero_ps(); 2]; PART_FILTERS];
-                for (&at, weights) in tile.taps.iter().zip(tile.weights.chunks_exact(FILTERS)) {
-                    let at = tile.base + at + start;
-                    let inputs = &tile.phases[at..at + PART_PIXELS];
-                    // SAFETY: `inputs` holds 16 values.
-                    let inputs = unsafe {
+                for (&at, weights) in inputs.taps.iter().zip(weights.chunks_exact(FILTERS)) {
+                    let at = inputs.base + at + start;
+                    let values = &inputs.phases[at..at + PART_PIXELS];
+                    // SAFETY: `values` holds 16 values.
+                    let values = unsafe {
                         [
-                            _mm256_loadu_ps(inputs.as_ptr()),
-                            _mm256_loadu_ps(inputs.as_ptr().add(8)),
+                            _mm256_loadu_ps(values.as_ptr()),
+                            _mm256_loadu_ps(values.as_ptr().add(8)),
                         ]
                     };
                     let weights = &weights[part * PART_FILTERS..][..PART_FILTERS];
                     for (sums, &weight) in sums.iter_mut().zip(weights) {
                         let weight = _mm256_set1_ps(weight);
-                        sums[0] = _mm256_fmadd_ps(weight, inputs[0], sums[0]);
-                        sums[1] = _mm256_fmadd_ps(weight, inputs[1], sums[1]);
+                        sums[0] = _mm256_fmadd_ps(weight, values[0], sums[0]);
+                        sums[1] = _mm256_fmadd_ps(weight, values[1], sums[1]);
                     }
                 }
                 let finishes = &finishes[part * PART_FILTERS..][..PART_FILTERS];
@@ -491,7 +689,7 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{Tile, FILTERS, PIXELS};
+    use super::{Inputs, OutputBlock, BLOCK, FILTERS, PIXELS};
     use crate::epilogue::Finish;
     use crate::simd::first_lanes;
 
@@ -503,7 +701,8 @@ mod avx512 {
     /// The CPU has AVX-512F.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn sums(
-        tile: &Tile<'_>,
+        inputs: &Inputs<'_>,
+        weights: &[f32],
         finishes: &[Finish<'_>; FILTERS],
         outputs: &mut [&mut [f32]; FILTERS],
     ) {
@@ -513,19 +712,19 @@ mod avx512 {
         let clamp = finishes[0].epilogue.bounds();
         for start in (0..width).step_by(PIXELS) {
             let mut sums = [[_mm512_setzero_ps(); VECTORS]; FILTERS];
-            for (&at, weights) in tile.taps.iter().zip(tile.weights.chunks_exact(FILTERS)) {
-                let at = tile.base + at + start;
-                let inputs = &tile.phases[at..at + PIXELS];
-                // SAFETY: `inputs` holds PIXELS (32) values.
-                let inputs: [__m512; VECTORS] = unsafe {
+            for (&at, weights) in inputs.taps.iter().zip(weights.chunks_exact(FILTERS)) {
+                let at = inputs.base + at + start;
+                let values = &inputs.phases[at..at + PIXELS];
+                // SAFETY: `values` holds PIXELS (32) values.
+                let values: [__m512; VECTORS] = unsafe {
                     [
-                        _mm512_loadu_ps(inputs.as_ptr()),
-                        _mm512_loadu_ps(inputs.as_ptr().add(16)),
+                        _mm512_loadu_ps(values.as_ptr()),
+                        _mm512_loadu_ps(values.as_ptr().add(16)),
                     ]
                 };
                 for (sums, &weight) in sums.iter_mut().zip(weights) {
                     let weight = _mm512_set1_ps(weight);
-                    for (sum, &input) in sums.iter_mut().zip(&inputs) {
+                    for (sum, &input) in sums.iter_mut().zip(&values) {
                         *sum = _mm512_fmadd_ps(weight, input, *sum);
                     }
                 }
@@ -560,6 +759,75 @@ mod avx512 {
                     // SAFETY: the masked lanes are `out`'s `count` values.
                     unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), mask, value) };
                 }
+            }
+        }
+    }
+
+    /// The sums of `P` pixels of an output row from `start` (fewer at the row's end) for
+    /// `B` blocks of 16 filters, each input value broadcast to the blocks' filters,
+    /// finished (scale and shift, residual, `clamp`) as they are stored; a GELU, SiLU or
+    /// hard-swish is left to the caller.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn blocked_sums<const B: usize, const P: usize>(
+        inputs: &Inputs<'_>,
+        start: usize,
+        blocks: &mut [OutputBlock<'_>; B],
+        clamp: Option<(f32, f32)>,
+    ) {
+        let count = P.min(blocks[0].out.len() / BLOCK - start);
+        let mut sums = [[_mm512_setzero_ps(); P]; B];
+        for (tap, &at) in inputs.taps.iter().enumerate() {
+            let at = inputs.base + at + start;
+            let values: &[f32; P] = inputs.phases[at..at + P].try_into().expect("P values");
+            let mut weights = [_mm512_setzero_ps(); B];
+            for (weights, block) in weights.iter_mut().zip(blocks.iter()) {
+                let row = &block.weights[tap * BLOCK..][..BLOCK];
+                // SAFETY: `row` holds 16 values.
+                *weights = unsafe { _mm512_loadu_ps(row.as_ptr()) };
+            }
+            for (pixel, &value) in values.iter().enumerate() {
+                let value = _mm512_set1_ps(value);
+                for (sums, &weights) in sums.iter_mut().zip(&weights) {
+                    sums[pixel] = _mm512_fmadd_ps(weights, value, sums[pixel]);
+                }
+            }
+        }
+        for (block, sums) in blocks.iter_mut().zip(&sums) {
+            let scale = match block.scale {
+                // SAFETY: the slice holds 16 values.
+                Some(scale) => unsafe { _mm512_loadu_ps(scale[..BLOCK].as_ptr()) },
+                None => _mm512_set1_ps(1.0),
+            };
+            let shift = match block.shift {
+                // SAFETY: as above.
+                Some(shift) => unsafe { _mm512_loadu_ps(shift[..BLOCK].as_ptr()) },
+                None => _mm512_setzero_ps(),
+            };
+            // (All `P` by a constant count, which the compiler unrolls for 12, so that the
+            // sums stay in registers above: with 24, it kept them in memory too.)
+            for (pixel, &sum) in sums.iter().enumerate() {
+                if pixel >= count {
+                    break;
+                }
+                let at = (start + pixel) * BLOCK;
+                let mut value = _mm512_fmadd_ps(sum, scale, shift);
+                if let Some(residual) = block.residual {
+                    let residual = &residual[at..at + BLOCK];
+                    // SAFETY: `residual` holds 16 values.
+                    value = _mm512_add_ps(value, unsafe { _mm512_loadu_ps(residual.as_ptr()) });
+                }
+                if let Some((low, high)) = clamp {
+                    value = _mm512_min_ps(
+                        _mm512_max_ps(value, _mm512_set1_ps(low)),
+                        _mm512_set1_ps(high),
+                    );
+                }
+                let out = &mut block.out[at..at + BLOCK];
+                // SAFETY: `out` holds 16 values.
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr(), value) };
             }
         }
     }

@@ -78,6 +78,7 @@
 //! | | `w` may be `[16, C, O]` or `[36, C, O]` instead: a 3x3 kernel in Winograd F(2x2, 3x3) or F(4x4, 3x3) form (stride 1, no dilation, one group; relax-runtime transforms such weights when it loads them) |
 //! | | or `[ceil(O / 64), C, KH, KW, 64]`: packed in filter panels at load (one group; see `filter_panels`) |
 //! | | `x` `[N, C / 16, H, W, 16]` (or NCHW) and `out` `[N, O / 16, OH, OW, 16]`: channel-blocked, the kernel in filter panels (one group; see `blocked`) |
+//! | | or, blocked `out`, an NCHW `x` and an OIHW `w` of one group (a network's stem: see `direct`) |
 //! | | or, blocked, `w` `[16 or 36, ceil(O / 64), C, 64]`: a 3x3 kernel in blocked Winograd F(2x2, 3x3) or F(4x4, 3x3) form (stride 1, a blocked `x`; see `blocked_winograd`) |
 //! | | or, blocked, `w` `[C, 1, KH, KW]` with `groups = C = O`: a depthwise convolution (a blocked `x`; see `blocked_depthwise`) |
 //! | `relax_runtime.conv2d_bias` | as `conv2d`, with `bias[O]` after `w` |

@@ -118,6 +118,11 @@ CONV = ("relax_runtime.conv2d", "relax_runtime.conv2d_bias", "relax_runtime.conv
 # Transposed convolutions take every epilogue (applied to each output plane at its end).
 CONV_TRANSPOSE = ("relax_runtime.conv2d_transpose", "relax_runtime.conv2d_transpose_bias")
 RESIDUAL = "_add"
+# relax-runtime's direct sums (`kernels::direct`) take a convolution of one group from at
+# most this many input channels onto output rows at least this wide (on x86-64, where
+# the blocked layout is used).
+DIRECT_MAX_CHANNELS = 4
+DIRECT_MIN_WIDTH = 16
 
 
 def with_residual(name):
@@ -298,6 +303,8 @@ class Block:
             return self.fold(value, name)
         if name in ("relax.maximum", "relax.minimum", "relax.clip", "relax.call_tir"):
             return self.clamp(value, name)
+        if name == "relax.layout_transform":
+            return self.stem_onto_blocks(value)
         if isinstance(value, tvm.ir.TupleGetItem):
             return self.batch_norm(value)
         return None
@@ -358,6 +365,35 @@ class Block:
         if not is_float32(x, w, call) or rank(x) != 4 or rank(w) != 4 or rank(call) != 4:
             return None
         return packed("relax_runtime.conv2d_transpose", [x, w] + conv_settings(attrs) + [int_value(0)], call.ty)
+
+    def stem_onto_blocks(self, transform):
+        """The convolution kernel call whose NCHW output only `transform` reads, when that
+        is its transform to blocks, onto the blocked output directly: a network's stem
+        (ConvertLayout leaves NCHW the convolution of an image's 3 channels, not a whole
+        block), which relax-runtime's direct sums store blocked (`kernels::direct`); else
+        None. MobileNetV2's took 129 us a call and its transform 26 more."""
+        if not blocked_transform(transform) or rank(transform) != 5:
+            return None
+        kernel = self.kernel_of(transform.args[0])
+        name = packed_name(kernel)
+        if name not in CONV:
+            return None
+        args = list(kernel.args[1].fields)
+        x, w = args[0], args[1]
+        w_dims = static_ints(dims(w))
+        if rank(x) != 4 or w_dims is None or len(w_dims) != 4:
+            return None
+        filters, channels = w_dims[0], w_dims[1]
+        groups = int(args[len(args) + epilogue_index(name) - 1].value)
+        width = static_ints(dims(transform)[3:4])
+        if (
+            groups != 1
+            or channels > DIRECT_MAX_CHANNELS
+            or filters % BLOCK
+            or (width is not None and width[0] < DIRECT_MIN_WIDTH)
+        ):
+            return None
+        return packed(name, args, transform.ty)
 
     def blocked_kernel(self, w, attrs):
         """The OIHW weight whose `layout_transform` to OIHW16i16o `w` is (a constant packed
@@ -1105,11 +1141,14 @@ def blocked_winograd_weights(function):
 
 
 def blocked_convolution(name, args, out_ty):
-    """Whether the kernel call `name(args)` is a convolution of one group onto a blocked
-    output (see blocked_layout.py), whose kernel relax-runtime takes in filter panels (a
-    depthwise one takes its OIHW kernel as it is)."""
+    """Whether the kernel call `name(args)` is a convolution of one group from a blocked
+    input onto a blocked output (see blocked_layout.py), whose kernel relax-runtime takes
+    in filter panels (a depthwise one takes its OIHW kernel as it is, and so does a stem
+    from an NCHW input: see `Block.stem_onto_blocks`)."""
     out_dims = dims_of_type(out_ty)
     if name is None or name.removesuffix(RESIDUAL) not in CONV or out_dims is None or len(out_dims) != 5:
+        return False
+    if rank(args[0]) != 5:
         return False
     groups = args[len(args) + epilogue_index(name) - 1]
     return int(groups.value) == 1

@@ -120,6 +120,26 @@ def mobilenet_block(channels):
     return relax.transform.BindParams("main", bounds)(module)
 
 
+def stem_module(size, also_returned=False):
+    """A network's stem: a 3x3 convolution at stride 2 of an image's 3 channels over
+    `size` x `size` onto 32 filters, its bias and ReLU6, then a 3x3 convolution onto 64
+    filters (blocked); with `also_returned`, the stem's output is a result too."""
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 3, size, size], "float32"))
+    w1 = relax.Var("w1", relax.TensorType([32, 3, 3, 3], "float32"))
+    b1 = relax.Var("b1", relax.TensorType([32], "float32"))
+    w2 = relax.Var("w2", relax.TensorType([64, 32, 3, 3], "float32"))
+    with builder.function("main", [x, w1, b1, w2], attrs={"num_input": 1}):
+        with builder.dataflow():
+            y = builder.emit(relax.op.nn.conv2d(x, w1, strides=[2, 2], padding=[1, 1, 1, 1]))
+            y = builder.emit(relax.op.add(y, relax.op.reshape(b1, [1, 32, 1, 1])))
+            y = builder.emit(relax.op.clip(y, relax.prim_value(0.0), relax.prim_value(6.0)))
+            z = builder.emit(relax.op.nn.conv2d(y, w2, padding=[1, 1, 1, 1]))
+            out = builder.emit_output(relax.Tuple([z, y]) if also_returned else z)
+        builder.emit_func_output(out)
+    return builder.get()
+
+
 LAYOUT_KERNEL = "relax_runtime.layout_blocked"
 
 
@@ -515,6 +535,40 @@ class Blocked(unittest.TestCase):
         self.assertEqual(calls.get("relax_runtime.resize2d"), [5])
         # The input to blocks and the output back: none around the resize.
         self.assertEqual(transforms, 2)
+
+    def test_a_stem_from_an_image_stores_its_output_blocked(self):
+        # 3 channels (not a block: ConvertLayout leaves the stem NCHW) onto 32 filters,
+        # its bias and ReLU6 folded, then blocked layers: the stem's kernel call writes
+        # blocks itself, its kernel stays an OIHW parameter, and only the output goes back.
+        module, converted, _ = blocked_layout.convert(stem_module(64), X86)
+        self.assertTrue(converted)
+        module, layouts = offload.rewrite(module, None)
+        calls, transforms = kernel_calls(module["main"])
+        self.assertEqual(calls, {"relax_runtime.conv2d_bias": [5], "relax_runtime.conv2d": [5]})
+        self.assertEqual(layout_kernel_ranks(module["main"]), ([(5, 4)], 0))
+        stem = kernel_call_list(module["main"])[0]
+        x, w = stem.args[1].fields[:2]
+        self.assertEqual(offload.rank(x), 4)
+        self.assertEqual([int(d) for d in offload.dims(w)], [32, 3, 3, 3])
+        self.assertIn(w, list(module["main"].params))
+        fields = stem.args[1].fields
+        self.assertEqual(int(fields[len(fields) + offload.epilogue_index(offload.packed_name(stem))].value), offload.RELU6)
+        # Only the blocked layer's kernel is packed at load.
+        self.assertEqual(list(layouts["main"].values()), [{"layout": "filter_panels", "columns": 64}])
+
+    def test_a_stem_onto_narrow_rows_or_also_read_in_nchw_keeps_its_transform(self):
+        # Output rows of 8 (the direct sums take 16 or more): the transform stays.
+        module, converted, _ = blocked_layout.convert(stem_module(16), X86)
+        self.assertTrue(converted)
+        module, _ = offload.rewrite(module, None)
+        self.assertEqual(layout_kernel_ranks(module["main"]), ([(4, 5), (5, 4)], 0))
+        # The stem's NCHW output also a result of the function.
+        module, converted, _ = blocked_layout.convert(stem_module(64, also_returned=True), X86)
+        self.assertTrue(converted)
+        module, _ = offload.rewrite(module, None)
+        ranks, left = layout_kernel_ranks(module["main"])
+        self.assertIn((4, 5), ranks)
+        self.assertEqual(offload.rank(kernel_call_list(module["main"])[0]), 4)
 
     def test_other_targets_keep_nchw(self):
         aarch64 = {"kind": "llvm", "mtriple": "aarch64-unknown-linux-gnu", "mattr": ["+neon"]}

@@ -232,7 +232,13 @@ fn convolutions_match_naive_loops() {
             if case.groups == 1 && case.channels > 0 {
                 // The direct sums, whether or not `direct::computes` would take the case.
                 for isa in Isa::available() {
-                    algorithms.push((Algorithm::Direct(isa), w.clone()));
+                    algorithms.push((
+                        Algorithm::Direct {
+                            blocked: false,
+                            isa,
+                        },
+                        w.clone(),
+                    ));
                 }
             }
             if case.groups == 1 {
@@ -409,6 +415,47 @@ fn check_blocked_algorithm(
                 &format!("{algorithm:?} {case:?} {epilogue:?}"),
             );
         }
+    }
+}
+
+#[test]
+fn direct_sums_onto_blocks_match_naive_loops() {
+    let cases = [
+        // 3x3/2 onto 2 blocks (a pair of blocks) over rows of 19: 12 + 7.
+        shape(3, 37, 32, 3, 2, 1, 1, 1),
+        // 7x7/2 onto 3 blocks (a pair and a last block of its own), rows of 20.
+        shape(3, 40, 48, 7, 2, 3, 1, 1),
+        // One channel onto one block, rows of 51: 24 + 24 + 3 (AVX-512), 6s elsewhere.
+        shape(1, 50, 16, 3, 1, 1, 1, 1),
+        // Four channels, dilated, padding 2, onto 4 blocks (two pairs).
+        shape(4, 21, 64, 3, 1, 2, 2, 1),
+        // Stride 3 with padding wider than a stride; a 1x1.
+        shape(2, 26, 16, 5, 3, 4, 1, 1),
+        shape(3, 17, 32, 1, 1, 0, 1, 1),
+        // TensorFlow's "SAME" padding (bottom and right only), rows of 12: one partial
+        // tile.
+        Conv2d {
+            padding: (0, 0, 1, 1),
+            width: 24,
+            ..shape(3, 24, 32, 3, 2, 0, 1, 1)
+        },
+    ];
+    for case in &cases {
+        check_blocked_algorithm(
+            case,
+            false,
+            0.0,
+            |w| w.to_vec(),
+            |isa| Algorithm::Direct { blocked: true, isa },
+            &[
+                (false, false, Epilogue::None),
+                (true, true, Epilogue::Relu),
+                (false, true, Epilogue::Relu6),
+                (true, false, Epilogue::Silu),
+                (true, true, Epilogue::HardSwish),
+                (false, false, Epilogue::Gelu),
+            ],
+        );
     }
 }
 
@@ -624,6 +671,39 @@ fn the_kernel_takes_blocked_tensors_and_refuses_what_does_not_fit() {
     )
     .unwrap();
     assert_close(&out, &to_blocked(&direct, 1, 16, 36), "NCHW to blocked");
+    // The same with the kernel OIHW: rows too narrow for the direct sums, so packed in
+    // filter panels on the call.
+    let out = call_conv2d_shaped(
+        (&mut x, &mut [1, 2, 6, 6]),
+        (&mut w.clone(), &mut [16, 2, 3, 3]),
+        &mut [1, 1, 6, 6, 16],
+        1,
+    )
+    .unwrap();
+    assert_close(
+        &out,
+        &to_blocked(&direct, 1, 16, 36),
+        "NCHW to blocked, OIHW",
+    );
+    // A stem wide enough for the direct sums (where the CPU has AVX2): 3 channels onto
+    // 32 filters over 20x40.
+    let stem_w = values(32 * 3 * 9, 6);
+    let mut stem_x = values(3 * 20 * 40, 7);
+    let nchw = call_conv2d_shaped(
+        (&mut stem_x.clone(), &mut [1, 3, 20, 40]),
+        (&mut stem_w.clone(), &mut [32, 3, 3, 3]),
+        &mut [1, 32, 20, 40],
+        1,
+    )
+    .unwrap();
+    let out = call_conv2d_shaped(
+        (&mut stem_x, &mut [1, 3, 20, 40]),
+        (&mut stem_w.clone(), &mut [32, 3, 3, 3]),
+        &mut [1, 2, 20, 40, 16],
+        1,
+    )
+    .unwrap();
+    assert_close(&out, &to_blocked(&nchw, 1, 32, 800), "a stem onto blocks");
     let mut blocked_x = to_blocked(&values(16 * 36, 3), 1, 16, 36);
     let mut panels16 = vec![0.5; 16 * 9 * 64];
     call_conv2d_shaped(
@@ -698,7 +778,8 @@ fn the_kernel_takes_blocked_tensors_and_refuses_what_does_not_fit() {
             ),
             "expected 4 and 4",
         ),
-        // Blocks of 8 channels; an OIHW kernel for a blocked output.
+        // Blocks of 8 channels; an OIHW kernel for a blocked output from a blocked input;
+        // an OIHW kernel of 24 filters (not whole blocks) from an NCHW input.
         (
             refused(
                 &mut [1, 2, 6, 6, 8],
@@ -710,12 +791,21 @@ fn the_kernel_takes_blocked_tensors_and_refuses_what_does_not_fit() {
         ),
         (
             refused(
-                &mut [1, 2, 6, 6],
-                &mut [16, 2, 3, 3],
+                &mut [1, 1, 6, 6, 16],
+                &mut [16, 16, 3, 3],
                 &mut [1, 1, 6, 6, 16],
                 1,
             ),
             "kernel in filter panels",
+        ),
+        (
+            refused(
+                &mut [1, 2, 6, 6],
+                &mut [24, 2, 3, 3],
+                &mut [1, 1, 6, 6, 16],
+                1,
+            ),
+            "shapes do not fit",
         ),
         // The blocked Winograd form from an NCHW input, or for 32 channels of 16.
         (
@@ -946,7 +1036,11 @@ fn direct_sums_refuse_a_convolution_of_no_channels() {
     let mut out = vec![f32::NAN; case.filters * oh * ow];
     // SAFETY: no input or weight value is read; `out` has the output's size.
     let result = unsafe {
-        Algorithm::Direct(Isa::Portable).convolve(
+        Algorithm::Direct {
+            blocked: false,
+            isa: Isa::Portable,
+        }
+        .convolve(
             &case,
             Operands {
                 x: [].as_ptr(),
