@@ -608,7 +608,9 @@ fn convolutions() -> Vec<Conv> {
         conv("MobileNetV2", 960, 320, 7, 1, 1, 1),
         conv("MobileNetV2", 960, 160, 7, 1, 1, 1),
         conv("MobileNetV2", 160, 960, 7, 1, 1, 1),
-        // A DBNet detector's FPN output layers (over 120x160 there; square here).
+        // A DBNet detector's first 1x1 layer onto whole blocks, after 8-channel ones (over
+        // 240x320 there; square here), and its FPN output layers (over 120x160).
+        conv("DBNet", 8, 32, 240, 1, 1, 1),
         conv("DBNet", 96, 24, 120, 3, 1, 1),
         conv("DBNet", 96, 32, 120, 3, 1, 1),
     ]
