@@ -1118,14 +1118,14 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     // A network's stem (an image's few channels onto wide rows): summed directly, nothing
     // unfolded.
     let algorithm = match (algorithm, shape.output()) {
-        (Algorithm::Unfolded, Some((_, width))) => direct::computes(&shape, width)
+        (Algorithm::Unfolded, Some((_, width))) => direct::computes(&shape, width, false)
             .map(|isa| Algorithm::Direct {
                 blocked: false,
                 isa,
             })
             .unwrap_or(algorithm),
         (Algorithm::Blocked { .. }, Some((_, width))) if oihw_onto_blocked => {
-            direct::computes(&shape, width)
+            direct::computes(&shape, width, true)
                 .map(|isa| Algorithm::Direct { blocked: true, isa })
                 .unwrap_or(algorithm)
         }

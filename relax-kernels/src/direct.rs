@@ -51,8 +51,16 @@ const BLOCKED_RUN: usize = 12;
 const PORTABLE_BLOCKED_PIXELS: usize = 6;
 const _: () = assert!(BLOCKED_RUN.is_multiple_of(PORTABLE_BLOCKED_PIXELS));
 
-/// Input channels up to which [`computes`] takes a convolution (an image's 1, 3 or 4).
+/// Input channels up to which [`computes`] takes a convolution onto an NCHW output (an
+/// image's 1, 3 or 4; with more, im2col's matrix product is faster).
 const MAX_CHANNELS: usize = 4;
+
+/// ... and onto a blocked one: fewer than a block (a convolution of a whole block of
+/// channels or more has a blocked input, or none of the blocked kernels), the vector
+/// lanes being the filters. A DBNet's 1x1 layer of 8 to 32 channels over 240x240, one
+/// core (`cargo bench -p relax-kernels -- "DBNet 1x1"`): 0.19 ms, against 0.23-0.32 for
+/// the NCHW kernel, whose output the model then transformed to blocks.
+const MAX_BLOCKED_CHANNELS: usize = BLOCK - 1;
 
 /// Output rows in a unit of work (fewer where that would leave under [`MIN_UNITS`]):
 /// neighbouring output rows share most of their input rows, which a band copies once.
@@ -67,11 +75,17 @@ thread_local! {
 }
 
 /// Whether the direct sums compute `shape` best (one group, at most [`MAX_CHANNELS`]
-/// input channels, output rows of at least 16 pixels, a CPU with AVX2 or AVX-512), and
-/// with which instructions; im2col does otherwise.
-pub(crate) fn computes(shape: &Conv2d, output_width: usize) -> Option<Isa> {
+/// input channels, or [`MAX_BLOCKED_CHANNELS`] onto a `blocked` output; output rows of at
+/// least 16 pixels; a CPU with AVX2 or AVX-512), and with which instructions; im2col (or
+/// the blocked kernel, with the kernel in filter panels) does otherwise.
+pub(crate) fn computes(shape: &Conv2d, output_width: usize, blocked: bool) -> Option<Isa> {
+    let max_channels = if blocked {
+        MAX_BLOCKED_CHANNELS
+    } else {
+        MAX_CHANNELS
+    };
     let fits = shape.groups == 1
-        && (1..=MAX_CHANNELS).contains(&shape.channels)
+        && (1..=max_channels).contains(&shape.channels)
         && output_width >= PIXELS / 2;
     let isa = Isa::best();
     (fits && isa != Isa::Portable).then_some(isa)

@@ -120,13 +120,14 @@ def mobilenet_block(channels):
     return relax.transform.BindParams("main", bounds)(module)
 
 
-def stem_module(size, also_returned=False):
-    """A network's stem: a 3x3 convolution at stride 2 of an image's 3 channels over
-    `size` x `size` onto 32 filters, its bias and ReLU6, then a 3x3 convolution onto 64
-    filters (blocked); with `also_returned`, the stem's output is a result too."""
+def stem_module(size, also_returned=False, channels=3):
+    """A network's stem: a 3x3 convolution at stride 2 of an image's 3 channels (or
+    `channels`) over `size` x `size` onto 32 filters, its bias and ReLU6, then a 3x3
+    convolution onto 64 filters (blocked); with `also_returned`, the stem's output is a
+    result too."""
     builder = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType([1, 3, size, size], "float32"))
-    w1 = relax.Var("w1", relax.TensorType([32, 3, 3, 3], "float32"))
+    x = relax.Var("x", relax.TensorType([1, channels, size, size], "float32"))
+    w1 = relax.Var("w1", relax.TensorType([32, channels, 3, 3], "float32"))
     b1 = relax.Var("b1", relax.TensorType([32], "float32"))
     w2 = relax.Var("w2", relax.TensorType([64, 32, 3, 3], "float32"))
     with builder.function("main", [x, w1, b1, w2], attrs={"num_input": 1}):
@@ -555,6 +556,13 @@ class Blocked(unittest.TestCase):
         self.assertEqual(int(fields[len(fields) + offload.epilogue_index(offload.packed_name(stem))].value), offload.RELU6)
         # Only the blocked layer's kernel is packed at load.
         self.assertEqual(list(layouts["main"].values()), [{"layout": "filter_panels", "columns": 64}])
+        # So does a convolution of 8 channels (a DBNet's after its NCHW layers).
+        module, converted, _ = blocked_layout.convert(stem_module(64, channels=8), X86)
+        self.assertTrue(converted)
+        module, _ = offload.rewrite(module, None)
+        self.assertEqual(layout_kernel_ranks(module["main"]), ([(5, 4)], 0))
+        first = kernel_call_list(module["main"])[0]
+        self.assertEqual((offload.rank(first.args[1].fields[0]), offload.rank(first)), (4, 5))
 
     def test_a_stem_onto_narrow_rows_or_also_read_in_nchw_keeps_its_transform(self):
         # Output rows of 8 (the direct sums take 16 or more): the transform stays.

@@ -432,6 +432,9 @@ fn direct_sums_onto_blocks_match_naive_loops() {
         // Stride 3 with padding wider than a stride; a 1x1.
         shape(2, 26, 16, 5, 3, 4, 1, 1),
         shape(3, 17, 32, 1, 1, 0, 1, 1),
+        // After a few NCHW layers: a 1x1 of 8 channels, a 3x3/2 of 15.
+        shape(8, 30, 32, 1, 1, 0, 1, 1),
+        shape(15, 20, 16, 3, 2, 1, 1, 1),
         // TensorFlow's "SAME" padding (bottom and right only), rows of 12: one partial
         // tile.
         Conv2d {
