@@ -425,7 +425,8 @@ fn direct_sums_onto_blocks_match_naive_loops() {
         shape(3, 37, 32, 3, 2, 1, 1, 1),
         // 7x7/2 onto 3 blocks (a pair and a last block of its own), rows of 20.
         shape(3, 40, 48, 7, 2, 3, 1, 1),
-        // One channel onto one block, rows of 51: 24 + 24 + 3 (AVX-512), 6s elsewhere.
+        // One channel onto one block, rows of 51: 4 tiles of 12 and 3 (AVX-512), 6s
+        // elsewhere.
         shape(1, 50, 16, 3, 1, 1, 1, 1),
         // Four channels, dilated, padding 2, onto 4 blocks (two pairs).
         shape(4, 21, 64, 3, 1, 2, 2, 1),
@@ -435,8 +436,8 @@ fn direct_sums_onto_blocks_match_naive_loops() {
         // After a few NCHW layers: a 1x1 of 8 channels, a 3x3/2 of 15.
         shape(8, 30, 32, 1, 1, 0, 1, 1),
         shape(15, 20, 16, 3, 2, 1, 1, 1),
-        // TensorFlow's "SAME" padding (bottom and right only), rows of 12: one partial
-        // tile.
+        // TensorFlow's "SAME" padding (bottom and right only), rows of 12: one tile
+        // (AVX-512), two of 6 elsewhere.
         Conv2d {
             padding: (0, 0, 1, 1),
             width: 24,
