@@ -12,16 +12,17 @@
 //! their outputs: a task then reads mostly what its own core wrote (MobileNetV2, 2
 //! threads, `RELAX_PROFILE=shapes`, four runs of each in turn: its convolutions took
 //! 1437-1467 us a call against 1476-1517 with the units block by block, the whole model
-//! 2040-2112 against 2101-2134). A row's interior pixels (all of whose taps fall inside the input row) are
-//! summed 8 at a time in registers, each tap's weight vector loaded once for the 8 (with
-//! AVX-512 and a 3- or 5-wide kernel at stride 1, also each input vector once for the
-//! pixels that read it), and the 1-7 left over as one last run; the pixels at the row's
-//! ends skip the taps that fall in the padding, as every pixel skips the kernel rows that
-//! do. Against units of one row, single pixels after the runs and the row's ends on the
-//! portable path, one thread, in one process: 0.54x the time on MobileNetV2's 14x14 and
-//! 7x7 layers, 0.66x on EfficientNet-B0's 5x5 one at 28x28 and 0.71-0.88x on the 56x56
-//! to 112x112 ones. The per-channel scale and shift, the residual and a clamp are applied
-//! as the sums are stored; a GELU or SiLU to the stored row.
+//! 2040-2112 against 2101-2134). A row's interior pixels (all of whose taps fall inside
+//! the input row) are summed 8 at a time in registers, each tap's weight vector loaded
+//! once for the 8 (with AVX-512 and a 3- or 5-wide kernel at stride 1, also each input
+//! vector once for the pixels that read it), and the 1-7 left over as one last run; the
+//! pixels at the row's ends skip the taps that fall in the padding, as every pixel
+//! skips the kernel rows that do. Against units of one row, single pixels after the
+//! runs and the row's ends on the portable path, one thread, in one process: 0.54x the
+//! time on MobileNetV2's 14x14 and 7x7 layers, 0.66x on EfficientNet-B0's 5x5 one at
+//! 28x28 and 0.71-0.88x on the 56x56 to 112x112 ones. The per-channel scale and shift,
+//! the residual and a clamp are applied as the sums are stored; a GELU or SiLU to the
+//! stored row.
 //!
 //! The kernel comes OIHW, `[C, 1, KH, KW]`, and each unit regroups its block's into
 //! `[KH, KW, 16]`: 9 values a channel for a 3x3 kernel, nothing beside the convolution

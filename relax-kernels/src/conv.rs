@@ -1115,20 +1115,17 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         residual.check_disjoint(&out)?;
     }
     let residual = residual.map(|residual| residual.data.cast_const());
-    // A network's stem (an image's few channels onto wide rows): summed directly, nothing
-    // unfolded.
-    let algorithm = match (algorithm, shape.output()) {
-        (Algorithm::Unfolded, Some((_, width))) => direct::computes(&shape, width, false)
-            .map(|isa| Algorithm::Direct {
-                blocked: false,
-                isa,
-            })
+    // A network's stem, or a layer after a few NCHW ones (fewer channels than a block onto
+    // wide rows, NCHW or blocked): summed directly, nothing unfolded or packed.
+    let onto_blocks = match algorithm {
+        Algorithm::Unfolded => Some(false),
+        Algorithm::Blocked { .. } if oihw_onto_blocked => Some(true),
+        _ => None,
+    };
+    let algorithm = match (onto_blocks, shape.output()) {
+        (Some(blocked), Some((_, width))) => direct::computes(&shape, width, blocked)
+            .map(|isa| Algorithm::Direct { blocked, isa })
             .unwrap_or(algorithm),
-        (Algorithm::Blocked { .. }, Some((_, width))) if oihw_onto_blocked => {
-            direct::computes(&shape, width, true)
-                .map(|isa| Algorithm::Direct { blocked: true, isa })
-                .unwrap_or(algorithm)
-        }
         _ => algorithm,
     };
     let operands = Operands {
