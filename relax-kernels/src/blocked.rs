@@ -750,19 +750,31 @@ mod avx512 {
             } else {
                 [[_mm512_setzero_ps(); V]; P]
             };
-            let sums = accumulate::<P, V>(tile, start);
+            // Whether the tile's pixels read consecutive pixels of the source (a 1x1 layer
+            // of stride 1 without padding, or a tile within a row of a layer of stride 1):
+            // then their inputs are one address and offsets the compiler folds into the
+            // instructions, where an address per pixel takes more registers than there are
+            // (24 pixels of one block of filters).
+            let contiguous =
+                (1..P).all(|pixel| tile.inputs[pixel] == tile.inputs[0] + pixel * BLOCK);
+            let sums = if contiguous {
+                accumulate::<P, V, true>(tile, start)
+            } else {
+                accumulate::<P, V, false>(tile, start)
+            };
             store::<P, V>(tile, finish, &sums);
         }
     }
 
     /// The tile's sums from `start`: per channel of every tap, `V` weight vectors and `P`
-    /// broadcast inputs.
+    /// broadcast inputs (`CONTIGUOUS`: pixel `p`'s inputs `16 p` values after the first
+    /// pixel's).
     ///
     /// # Safety
     /// As `sums`.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    unsafe fn accumulate<const P: usize, const V: usize>(
+    unsafe fn accumulate<const P: usize, const V: usize, const CONTIGUOUS: bool>(
         tile: &Tile<'_>,
         start: [[__m512; V]; P],
     ) -> [[__m512; V]; P] {
@@ -786,8 +798,12 @@ mod avx512 {
                         );
                     }
                     prefetched = end;
-                    let inputs: [*const f32; P] =
-                        std::array::from_fn(|pixel| x.add(tile.inputs[pixel] + tap));
+                    let inputs: [*const f32; P] = if CONTIGUOUS {
+                        let first = x.add(tile.inputs[0] + tap);
+                        std::array::from_fn(|pixel| first.add(pixel * BLOCK))
+                    } else {
+                        std::array::from_fn(|pixel| x.add(tile.inputs[pixel] + tap))
+                    };
                     let weights = w.add(t * PANEL);
                     let mut step = |channel: usize| {
                         let row = weights.add(channel * tile.channel_stride);

@@ -17,7 +17,8 @@
 //! once for the 8 (with AVX-512 and a 3- or 5-wide kernel at stride 1, also each input
 //! vector once for the pixels that read it), and the 1-7 left over as one last run; the
 //! pixels at the row's ends skip the taps that fall in the padding, as every pixel
-//! skips the kernel rows that do. Against units of one row, single pixels after the
+//! skips the kernel rows that do (with AVX-512 and a 3- or 5-wide kernel at stride 1,
+//! the runs cover the whole row, the columns in the padding skipped as zeros). Against units of one row, single pixels after the
 //! runs and the row's ends on the portable path, one thread, in one process: 0.54x the
 //! time on MobileNetV2's 14x14 and 7x7 layers, 0.66x on EfficientNet-B0's 5x5 one at
 //! 28x28 and 0.71-0.88x on the 56x56 to 112x112 ones. The per-channel scale and shift,
@@ -234,7 +235,12 @@ pub(crate) unsafe fn blocked_depthwise(
                 }
             }
         };
-        match PaddedRows::of(shape, &geometry, &rows) {
+        let copied = if pads_in_registers(isa, shape) {
+            None
+        } else {
+            PaddedRows::of(shape, &geometry, &rows)
+        };
+        match copied {
             Some(padded) => reuse(&PADDED, |buffer| {
                 let copy = prefix(buffer, padded.values);
                 padded.fill(shape, input, copy);
@@ -243,6 +249,21 @@ pub(crate) unsafe fn blocked_depthwise(
             None => sum_band(&geometry, input, 0),
         }
     })
+}
+
+/// Whether the rows of `isa` take the input columns in the padding as zeros in
+/// registers, every pixel summed in runs, so that they need no padded copy (see
+/// [`PaddedRows`]): AVX-512's, for the undilated 3- and 5-wide kernels at stride 1 (the
+/// kernels that `avx512::row` sums with `runs::<3>` and `runs::<5>`). Against the copy
+/// (and the pixels at a row's ends one by one where there was none), one core, AMD Zen 4,
+/// three runs of each in turn (`cargo bench -p relax-kernels --bench layers -- dw`):
+/// MobileNetV2's 3x3 layers took 0.71-0.74x the time over 14x14 and 7x7, 0.76x over
+/// 56x56 and 0.82x over 112x112; EfficientNet-B0's 5x5 layer over 28x28 0.73x.
+fn pads_in_registers(isa: Isa, shape: &Conv2d) -> bool {
+    isa == Isa::Avx512
+        && matches!(shape.kernel.1, 3 | 5)
+        && shape.stride.1 == 1
+        && shape.dilation.1 == 1
 }
 
 thread_local! {
@@ -260,7 +281,8 @@ thread_local! {
 /// one edge pixel in [`COPIED_EDGES`] stay in place (MobileNetV2's 3x3 layer over 28x28
 /// took about as long either way), as do strided convolutions (4 input values an output
 /// pixel at stride 2: MobileNetV2's stride-2 layers over 56x56 and 28x28 planes took
-/// 1.3-1.5x the time copied).
+/// 1.3-1.5x the time copied). AVX-512's rows of 3- and 5-wide kernels at stride 1 need
+/// no copy (see [`pads_in_registers`]).
 struct PaddedRows {
     /// The convolution's over the copied rows (no padding).
     geometry: Geometry,
@@ -601,9 +623,10 @@ mod avx512 {
     use super::{Block, Geometry, BLOCK, PIXELS};
 
     /// Output row `oy` of one block of channels into `out` (`[OW, 16]`), finished as
-    /// [`super::store`] does (but a GELU or SiLU): the interior in runs of 8 pixels with 8
-    /// vector accumulators and a last run of the 1-7 left, then each pixel at the row's
-    /// ends over the taps inside the input.
+    /// [`super::store`] does (but a GELU or SiLU): in runs of 8 pixels with 8 vector
+    /// accumulators and a last run of the 1-7 left, the whole row for the undilated 3-
+    /// and 5-wide kernels at stride 1 (see [`super::pads_in_registers`]), else the
+    /// interior's, then each pixel at the row's ends over the taps inside the input.
     ///
     /// # Safety
     /// The CPU has AVX-512F.
@@ -615,17 +638,42 @@ mod avx512 {
         residual: Option<&[f32]>,
         out: &mut [f32],
     ) {
-        let interior = geometry.interior.clone();
+        match (geometry.kernel.1, geometry.stride.1, geometry.dilation.1) {
+            (3, 1, 1) => runs::<3>(geometry, oy, block, residual, out),
+            (5, 1, 1) => runs::<5>(geometry, oy, block, residual, out),
+            _ => runs::<0>(geometry, oy, block, residual, out),
+        }
+    }
+
+    /// [`row`] with the runs of [`run`]`::<P, K>`: `K` the width of an undilated kernel
+    /// at stride 1 whose runs cover the whole row, 0 for any other kernel. (Each `K` has
+    /// instances of its own of `run` and `finish`, each called from one place, so that
+    /// the compiler inlines them all and the sums stay in registers; with instances
+    /// shared by the kernels, `finish` was a call and the stride-2 layers took 1.04-1.1x
+    /// the time.)
+    #[target_feature(enable = "avx512f")]
+    fn runs<const K: usize>(
+        geometry: &Geometry,
+        oy: usize,
+        block: &Block<'_>,
+        residual: Option<&[f32]>,
+        out: &mut [f32],
+    ) {
+        let interior = if K == 0 {
+            geometry.interior.clone()
+        } else {
+            0..geometry.output_width
+        };
         let mut ox = interior.start;
         while ox + PIXELS <= interior.end {
-            let sums = run::<PIXELS>(geometry, oy, ox, block);
-            finish(&sums, ox, block, residual, out);
+            let sums = run::<PIXELS, K>(geometry, oy, ox, block);
+            finish::<PIXELS, K>(&sums, ox, block, residual, out);
             ox += PIXELS;
         }
         macro_rules! last_run {
             ($($pixels:literal)*) => {
                 match interior.end - ox {
-                    $($pixels => finish(&run::<$pixels>(geometry, oy, ox, block), ox, block, residual, out),)*
+                    $($pixels => finish::<$pixels, K>(&run::<$pixels, K>(geometry, oy, ox, block), ox, block, residual, out),)*
                     _ => {}
                 }
             };
@@ -633,28 +681,32 @@ mod avx512 {
         last_run!(1 2 3 4 5 6 7);
         for ox in (0..interior.start).chain(interior.end..geometry.output_width) {
             let sums = edge(geometry, oy, ox, block);
-            finish(&[sums], ox, block, residual, out);
+            finish::<1, K>(&[sums], ox, block, residual, out);
         }
     }
 
-    /// The sums of the `P` interior pixels from column `ox` of output row `oy`: for the
-    /// undilated 3- and 5-wide kernels at stride 1 (MobileNets', EfficientNets'),
-    /// [`shared_inputs`]; else each tap's weight vector loaded once for the `P`. (At
+    /// The sums of the `P` pixels from column `ox` of output row `oy` (interior pixels
+    /// for `K` = 0): for the undilated kernels `K` = 3 or 5 wide at stride 1
+    /// (MobileNets', EfficientNets'), [`shared_inputs`], masked at the row's ends;
+    /// else each tap's weight vector loaded once for the `P`. (At
     /// stride 2, where an input vector serves at most 2 pixels, the same sums took 1.3x
     /// the time on MobileNetV2's 112x112 layer, and their instances beside the stride-1
     /// ones slowed those too: `cargo bench -p relax-kernels -- dw`, one core.)
     #[target_feature(enable = "avx512f")]
     #[inline]
-    fn run<const P: usize>(
+    fn run<const P: usize, const K: usize>(
         geometry: &Geometry,
         oy: usize,
         ox: usize,
         block: &Block<'_>,
     ) -> [__m512; P] {
-        match (geometry.kernel.1, geometry.stride.1, geometry.dilation.1) {
-            (3, 1, 1) => return shared_inputs::<P, 3>(geometry, oy, ox, block),
-            (5, 1, 1) => return shared_inputs::<P, 5>(geometry, oy, ox, block),
-            _ => {}
+        if K != 0 {
+            let inside = geometry.interior.start <= ox && ox + P <= geometry.interior.end;
+            return if inside {
+                shared_inputs::<P, K, false>(geometry, oy, ox, block)
+            } else {
+                shared_inputs::<P, K, true>(geometry, oy, ox, block)
+            };
         }
         let mut sums = [_mm512_setzero_ps(); P];
         let step = geometry.stride.1 * BLOCK;
@@ -681,15 +733,16 @@ mod avx512 {
 
     /// [`run`] for a kernel `K` columns wide at stride 1, undilated: each input vector of
     /// a kernel row is loaded once, for every pixel of the run that reads it (up to `K`),
-    /// beside the row's `K` weight vectors. A 3x3 kernel loads 13 vectors a kernel row for
-    /// 8 pixels' 24 multiply-adds, against 27 tap by tap: the loads, not the
-    /// multiply-adds, bound a depthwise layer. One core, AMD Zen 5, two runs in turn
-    /// against tap by tap: MobileNetV2's 3x3 layers took 0.62-0.66x the time at 112x112,
-    /// 0.90-0.92x at 56x56, 0.85-0.92x at 14x14 and 7x7; EfficientNet-B0's 5x5 layer at
-    /// 28x28 0.74-0.76x.
+    /// beside the row's `K` weight vectors; with `MASKED` (a run at a row's end), the
+    /// input columns outside the row, in the padding, are zeros and skipped. A 3x3
+    /// kernel loads 13 vectors a kernel row for 8 pixels' 24 multiply-adds, against 27
+    /// tap by tap: the loads, not the multiply-adds, bound a depthwise layer. One core,
+    /// AMD Zen 5, two runs in turn against tap by tap: MobileNetV2's 3x3 layers took
+    /// 0.62-0.66x the time at 112x112, 0.90-0.92x at 56x56, 0.85-0.92x at 14x14 and 7x7;
+    /// EfficientNet-B0's 5x5 layer at 28x28 0.74-0.76x.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    fn shared_inputs<const P: usize, const K: usize>(
+    fn shared_inputs<const P: usize, const K: usize, const MASKED: bool>(
         geometry: &Geometry,
         oy: usize,
         ox: usize,
@@ -697,18 +750,34 @@ mod avx512 {
     ) -> [__m512; P] {
         let mut sums = [_mm512_setzero_ps(); P];
         let columns = P - 1 + K;
-        // The run's first input column (of tap 0): inside the row, as the interior's.
-        let first = ox - geometry.padding.1;
+        // The run's first input column (of tap 0), and its columns inside the row:
+        // `low..high` (all of them unless `MASKED`: the interior's are inside).
+        let first = ox as isize - geometry.padding.1 as isize;
+        let (low, high) = if MASKED {
+            let low = first.min(0).unsigned_abs().min(columns);
+            let inside = geometry.width as isize - first;
+            (low, inside.clamp(low as isize, columns as isize) as usize)
+        } else {
+            (0, columns)
+        };
+        if low == high {
+            return sums;
+        }
         for ky in geometry.rows_inside(oy) {
             let row = geometry.input_row(oy, ky) * geometry.width;
             let weights = &block.weights[ky * K * BLOCK..][..K * BLOCK];
-            let inputs = &block.input[(row + first) * BLOCK..][..columns * BLOCK];
+            // Columns `low..high` of the run, inside the row (`first + low >= 0`).
+            let start = (row as isize + first + low as isize) as usize;
+            let inputs = &block.input[start * BLOCK..][..(high - low) * BLOCK];
             // SAFETY: 16 values each, inside the slices just taken.
             unsafe {
                 let weight: [__m512; K] =
                     std::array::from_fn(|kx| _mm512_loadu_ps(weights.as_ptr().add(kx * BLOCK)));
                 for column in 0..columns {
-                    let value = _mm512_loadu_ps(inputs.as_ptr().add(column * BLOCK));
+                    if MASKED && (column < low || column >= high) {
+                        continue;
+                    }
+                    let value = _mm512_loadu_ps(inputs.as_ptr().add((column - low) * BLOCK));
                     for (kx, weight) in weight.iter().enumerate() {
                         // Pixel `column - kx` of the run reads this column at tap `kx`.
                         if (kx..kx + P).contains(&column) {
@@ -740,10 +809,10 @@ mod avx512 {
     }
 
     /// `sums * scale + shift + residual`, clamped, stored as output pixels `ox..` of
-    /// `out`.
+    /// `out` (`K` as [`runs`]'s, for an instance per caller).
     #[target_feature(enable = "avx512f")]
     #[inline]
-    fn finish<const P: usize>(
+    fn finish<const P: usize, const K: usize>(
         sums: &[__m512; P],
         ox: usize,
         block: &Block<'_>,

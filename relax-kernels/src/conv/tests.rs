@@ -480,9 +480,14 @@ fn blocked_depthwise_convolutions_match_naive_loops() {
             ..depthwise(16, 9, 5, 2, 2, 1)
         },
         depthwise(16, 11, 3, 1, 2, 2), // dilated, padding 2
-        depthwise(16, 5, 5, 3, 4, 1),  // stride 3, padding wider than a stride
-        depthwise(16, 1, 3, 1, 1, 1),  // a 1x2 plane: no interior column
-        depthwise(16, 6, 1, 1, 0, 1),  // 1x1
+        depthwise(16, 6, 3, 1, 2, 1),  // padding 2, undilated: runs reading only padding
+        Conv2d {
+            width: 3, // 5x5 over rows of 3: every run masked at both ends (AVX-512)
+            ..depthwise(16, 4, 5, 1, 2, 1)
+        },
+        depthwise(16, 5, 5, 3, 4, 1), // stride 3, padding wider than a stride
+        depthwise(16, 1, 3, 1, 1, 1), // a 1x2 plane: no interior column
+        depthwise(16, 6, 1, 1, 0, 1), // 1x1
         Conv2d {
             width: 64, // bands of 4 rows (see `UNIT_WORK`): 4 + 4 + 3, runs 8 x 7 + 6
             ..depthwise(16, 11, 3, 1, 1, 1)
