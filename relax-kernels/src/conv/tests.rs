@@ -302,6 +302,7 @@ fn blocked_convolutions_match_naive_loops() {
     let cases = [
         shape(16, 12, 16, 3, 1, 1, 1, 1), // 3x3 same padding, one block
         shape(16, 12, 32, 1, 1, 0, 1, 1), // pointwise, read in place
+        shape(32, 20, 16, 1, 1, 0, 1, 1), // 16 filters: tiles of consecutive pixels across rows
         shape(32, 14, 64, 1, 2, 0, 1, 1), // strided 1x1, read in place
         shape(32, 9, 80, 3, 2, 1, 1, 1),  // stride 2, a panel and a partial one (80)
         shape(48, 7, 144, 1, 1, 0, 1, 1), // 3 panels, the last of 16 filters
