@@ -639,41 +639,45 @@ mod avx512 {
         out: &mut [f32],
     ) {
         match (geometry.kernel.1, geometry.stride.1, geometry.dilation.1) {
-            (3, 1, 1) => runs::<3>(geometry, oy, block, residual, out),
-            (5, 1, 1) => runs::<5>(geometry, oy, block, residual, out),
-            _ => runs::<0>(geometry, oy, block, residual, out),
+            (3, 1, 1) => runs::<3, 1>(geometry, oy, block, residual, out),
+            (5, 1, 1) => runs::<5, 1>(geometry, oy, block, residual, out),
+            (3, 2, 1) => runs::<3, 2>(geometry, oy, block, residual, out),
+            _ => runs::<0, 0>(geometry, oy, block, residual, out),
         }
     }
 
-    /// [`row`] with the runs of [`run`]`::<P, K>`: `K` the width of an undilated kernel
-    /// at stride 1 whose runs cover the whole row, 0 for any other kernel. (Each `K` has
-    /// instances of its own of `run` and `finish`, each called from one place, so that
-    /// the compiler inlines them all and the sums stay in registers; with instances
-    /// shared by the kernels, `finish` was a call and the stride-2 layers took 1.04-1.1x
-    /// the time.)
+    /// [`row`] with the runs of [`run`]`::<P, K, S>`: `K` and `S` the width and stride
+    /// of an undilated kernel known when compiled (at stride 1, the runs cover the whole
+    /// row), 0 and 0 for any other kernel. (Each `K` and `S` have instances of their own
+    /// of `run` and `finish`, each called from one place, so that the compiler inlines
+    /// them all and the sums stay in registers; with instances shared by the kernels,
+    /// `finish` was a call and the stride-2 layers took 1.04-1.1x the time. The 3x3
+    /// kernel at stride 2, known when compiled, took 0.91-0.92x the time of the generic
+    /// runs on MobileNetV2's layers over 112x112 and 56x56 (one core, AMD Zen 4); the
+    /// 5x5 one at stride 2, 1.03x on EfficientNet-B0's layer over 28x28, stays generic.)
     #[target_feature(enable = "avx512f")]
-    fn runs<const K: usize>(
+    fn runs<const K: usize, const S: usize>(
         geometry: &Geometry,
         oy: usize,
         block: &Block<'_>,
         residual: Option<&[f32]>,
         out: &mut [f32],
     ) {
-        let interior = if K == 0 {
-            geometry.interior.clone()
-        } else {
+        let interior = if S == 1 {
             0..geometry.output_width
+        } else {
+            geometry.interior.clone()
         };
         let mut ox = interior.start;
         while ox + PIXELS <= interior.end {
-            let sums = run::<PIXELS, K>(geometry, oy, ox, block);
-            finish::<PIXELS, K>(&sums, ox, block, residual, out);
+            let sums = run::<PIXELS, K, S>(geometry, oy, ox, block);
+            finish::<PIXELS, K, S>(&sums, ox, block, residual, out);
             ox += PIXELS;
         }
         macro_rules! last_run {
             ($($pixels:literal)*) => {
                 match interior.end - ox {
-                    $($pixels => finish::<$pixels, K>(&run::<$pixels, K>(geometry, oy, ox, block), ox, block, residual, out),)*
+                    $($pixels => finish::<$pixels, K, S>(&run::<$pixels, K, S>(geometry, oy, ox, block), ox, block, residual, out),)*
                     _ => {}
                 }
             };
@@ -681,12 +685,12 @@ mod avx512 {
         last_run!(1 2 3 4 5 6 7);
         for ox in (0..interior.start).chain(interior.end..geometry.output_width) {
             let sums = edge(geometry, oy, ox, block);
-            finish::<1, K>(&[sums], ox, block, residual, out);
+            finish::<1, K, S>(&[sums], ox, block, residual, out);
         }
     }
 
     /// The sums of the `P` pixels from column `ox` of output row `oy` (interior pixels
-    /// for `K` = 0): for the undilated kernels `K` = 3 or 5 wide at stride 1
+    /// but at stride `S` = 1): for the undilated kernels `K` = 3 or 5 wide at stride 1
     /// (MobileNets', EfficientNets'), [`shared_inputs`], masked at the row's ends;
     /// else each tap's weight vector loaded once for the `P`. (At
     /// stride 2, where an input vector serves at most 2 pixels, the same sums took 1.3x
@@ -694,13 +698,13 @@ mod avx512 {
     /// ones slowed those too: `cargo bench -p relax-kernels -- dw`, one core.)
     #[target_feature(enable = "avx512f")]
     #[inline]
-    fn run<const P: usize, const K: usize>(
+    fn run<const P: usize, const K: usize, const S: usize>(
         geometry: &Geometry,
         oy: usize,
         ox: usize,
         block: &Block<'_>,
     ) -> [__m512; P] {
-        if K != 0 {
+        if S == 1 {
             let inside = geometry.interior.start <= ox && ox + P <= geometry.interior.end;
             return if inside {
                 shared_inputs::<P, K, false>(geometry, oy, ox, block)
@@ -708,13 +712,18 @@ mod avx512 {
                 shared_inputs::<P, K, true>(geometry, oy, ox, block)
             };
         }
+        let (width, stride) = if S == 0 {
+            (geometry.kernel.1, geometry.stride.1)
+        } else {
+            (K, S)
+        };
         let mut sums = [_mm512_setzero_ps(); P];
-        let step = geometry.stride.1 * BLOCK;
+        let step = stride * BLOCK;
         for ky in geometry.rows_inside(oy) {
             let row = geometry.input_row(oy, ky) * geometry.width;
-            for kx in 0..geometry.kernel.1 {
-                let tap = ky * geometry.kernel.1 + kx;
-                let first = ox * geometry.stride.1 + kx * geometry.dilation.1 - geometry.padding.1;
+            for kx in 0..width {
+                let tap = ky * width + kx;
+                let first = ox * stride + kx * geometry.dilation.1 - geometry.padding.1;
                 let weights = &block.weights[tap * BLOCK..][..BLOCK];
                 // The run's inputs for this tap: interior pixels read inside the row.
                 let inputs = &block.input[(row + first) * BLOCK..][..(P - 1) * step + BLOCK];
@@ -809,10 +818,10 @@ mod avx512 {
     }
 
     /// `sums * scale + shift + residual`, clamped, stored as output pixels `ox..` of
-    /// `out` (`K` as [`runs`]'s, for an instance per caller).
+    /// `out` (`K` and `S` as [`runs`]', for an instance per caller).
     #[target_feature(enable = "avx512f")]
     #[inline]
-    fn finish<const P: usize, const K: usize>(
+    fn finish<const P: usize, const K: usize, const S: usize>(
         sums: &[__m512; P],
         ox: usize,
         block: &Block<'_>,
