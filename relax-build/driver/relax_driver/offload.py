@@ -952,22 +952,24 @@ WINOGRAD_MIN_TILES = 36
 WINOGRAD_LAYOUTS = {4: ("winograd4", 36), 2: ("winograd", 16)}
 
 
-def static_convolution(name, args, out_ty, out_rank=4):
+def static_convolution(name, args, out_ty, out_rank=4, symbolic_plane=False):
     """For a convolution kernel call `name(args)` with an OIHW kernel and an output of
     rank `out_rank` (4: NCHW, 5: blocked) whose kernel and output sizes are static:
     `(filters, channels, kernel_h, kernel_w, output height, output width)` and its ints
     `(stride_h, stride_w, top, left, bottom, right, dilation_h, dilation_w, groups)`;
-    else None."""
+    else None. With `symbolic_plane`, output sizes that are symbolic are None."""
     if name is None or name.removesuffix(RESIDUAL) not in CONV:
         return None
     w_dims, out_dims = dims(args[1]), dims_of_type(out_ty)
     if w_dims is None or out_dims is None or len(w_dims) != 4 or len(out_dims) != out_rank:
         return None
-    static = static_ints(w_dims + out_dims[2:4])
-    if static is None:
+    kernel, plane = static_ints(w_dims), static_ints(out_dims[2:4])
+    if plane is None and symbolic_plane:
+        plane = [None, None]
+    if kernel is None or plane is None:
         return None
     at = len(args) + epilogue_index(name)
-    return static, [int(a.value) for a in args[at - 9 : at]]
+    return kernel + plane, [int(a.value) for a in args[at - 9 : at]]
 
 
 def winograd_shaped(convolution):
@@ -1076,8 +1078,12 @@ def blocked_kernels_packed(function, transformed=()):
 
 # A blocked convolution with a 3x3 kernel, stride 1, no dilation and one group is
 # computed by Winograd (relax-runtime's `kernels::blocked_winograd`): F(4x4, 3x3) from
-# this many channels and filters and this many 4x4 tiles per image...
-BLOCKED_WINOGRAD4_MIN_CHANNELS = 64
+# this many channels and filters (any whole block) and this many 4x4 tiles per image...
+# One core, AMD Zen 4, time / the direct blocked kernel's (`cargo bench -p relax-kernels
+# --bench layers`): 0.54 at 96 channels onto 32 filters over a DBNet's 120x160, 0.37-0.54
+# at 96 onto 32 over 60x60 to 15x15, 0.41-0.46 at 32 or 64 onto 32 or 64 over 56x56,
+# 0.36-0.45 at 32 to 128 onto 32 or 48 over 28x28, 0.65 at 16 onto 16 over 56x56.
+BLOCKED_WINOGRAD4_MIN_CHANNELS = 16
 BLOCKED_WINOGRAD4_MIN_TILES = 49
 # ... else F(2x2, 3x3) from this many channels and filters and 2x2 tiles per image. Two
 # threads, ResNet-50's layers, time / the direct blocked kernel's, medians of 15 calls
@@ -1097,13 +1103,18 @@ def blocked_winograd_tile(name, args, out_ty):
     """The side of the output tiles of the Winograd variant (4 or 2) that computes best the
     kernel call `name(args)`, a blocked convolution with an OIHW kernel of static sizes; or
     None when the direct blocked kernel does (see `BLOCKED_WINOGRAD4_MIN_CHANNELS`)."""
-    convolution = static_convolution(name, args, out_ty, out_rank=5)
+    convolution = static_convolution(name, args, out_ty, out_rank=5, symbolic_plane=True)
     if convolution is None or not winograd_shaped(convolution):
         return None
     (filters, channels, _, _, height, width), _ = convolution
     if channels % 16 or filters % 16:
         return None
     smaller = min(filters, channels)
+    if height is None or width is None:
+        # A plane sized at run time (a detector's, whose input image is): taken as large
+        # enough for F(4x4), which took 0.81 of the direct kernel's time at 256 channels
+        # over 14x14 and 0.92-1.02 at 512 over 7x7 (see above), less over larger planes.
+        return 4 if smaller >= BLOCKED_WINOGRAD4_MIN_CHANNELS else None
     tiles4 = ((height + 3) // 4) * ((width + 3) // 4)
     tiles2 = ((height + 1) // 2) * ((width + 1) // 2)
     if smaller >= BLOCKED_WINOGRAD4_MIN_CHANNELS and tiles4 >= BLOCKED_WINOGRAD4_MIN_TILES:

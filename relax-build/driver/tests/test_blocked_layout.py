@@ -297,6 +297,37 @@ class Blocked(unittest.TestCase):
         # Each convolution takes its parameter as it is (nothing packed per call).
         self.assertEqual([call.args[1].fields[1] for call in kernels], [params[3], params[4], params[5]])
 
+    def test_a_3x3_kernel_over_a_plane_sized_at_run_time_is_taken_in_blocked_winograd_form(self):
+        # A detector's FPN layers over a symbolic plane (its tiles unknown when built):
+        # F(4x4, 3x3) from 16 channels and filters.
+        @tvm.script.ir_module
+        class Fpn:
+            @R.function
+            def main(
+                x: R.Tensor((1, 32, "h", "w"), "float32"),
+                w1: R.Tensor((16, 32, 3, 3), "float32"),
+                w2: R.Tensor((32, 16, 3, 3), "float32"),
+            ):
+                R.func_attr({"num_input": 1})
+                with R.dataflow():
+                    a = R.nn.relu(R.nn.conv2d(x, w1, padding=[1, 1, 1, 1]))
+                    b = R.nn.relu(R.nn.conv2d(a, w2, padding=[1, 1, 1, 1]))
+                    R.output(b)
+                return b
+
+        module, converted, _ = blocked_layout.convert(Fpn, X86)
+        self.assertTrue(converted)
+        module, layouts = offload.rewrite(module, None)
+        self.assertEqual(
+            layouts["main"],
+            {
+                1: {"layout": "blocked_winograd4", "columns": 16},
+                2: {"layout": "blocked_winograd4", "columns": 32},
+            },
+        )
+        params = module["main"].params
+        self.assertEqual([int(d) for d in offload.dims(params[1])], [36, 1, 32, 64])
+
     def test_a_convolution_of_a_blocked_input_to_filters_not_whole_blocks_pads_its_kernel(self):
         # 128 filters (whole blocks), then 40 (two and a half), as SqueezeNet's last layer.
         @tvm.script.ir_module
@@ -554,8 +585,9 @@ class Blocked(unittest.TestCase):
         self.assertIn(w, list(module["main"].params))
         fields = stem.args[1].fields
         self.assertEqual(int(fields[len(fields) + offload.epilogue_index(offload.packed_name(stem))].value), offload.RELU6)
-        # Only the blocked layer's kernel is packed at load.
-        self.assertEqual(list(layouts["main"].values()), [{"layout": "filter_panels", "columns": 64}])
+        # Only the blocked layer's kernel is packed at load (its 32 channels over 32x32,
+        # 64 tiles of 4x4, as Winograd F(4x4, 3x3)'s transform).
+        self.assertEqual(list(layouts["main"].values()), [{"layout": "blocked_winograd4", "columns": 64}])
         # So does a convolution of 8 channels (a DBNet's after its NCHW layers).
         module, converted, _ = blocked_layout.convert(stem_module(64, channels=8), X86)
         self.assertTrue(converted)
