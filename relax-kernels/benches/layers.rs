@@ -615,6 +615,12 @@ fn convolutions() -> Vec<Conv> {
         conv("DBNet", 8, 32, 240, 1, 1, 1),
         conv("DBNet", 96, 24, 120, 3, 1, 1),
         conv("DBNet", 96, 32, 120, 3, 1, 1),
+        conv("DBNet", 96, 32, 30, 3, 1, 1),
+        // 3x3 layers of few channels or filters (Winograd from one block of each).
+        conv("DenseNet-121", 128, 32, 56, 3, 1, 1),
+        conv("DenseNet-121", 128, 32, 28, 3, 1, 1),
+        conv("SqueezeNet", 16, 64, 55, 3, 1, 1),
+        conv("SqueezeNet", 32, 128, 27, 3, 1, 1),
     ]
 }
 

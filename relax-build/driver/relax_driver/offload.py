@@ -1079,10 +1079,11 @@ def blocked_kernels_packed(function, transformed=()):
 # A blocked convolution with a 3x3 kernel, stride 1, no dilation and one group is
 # computed by Winograd (relax-runtime's `kernels::blocked_winograd`): F(4x4, 3x3) from
 # this many channels and filters (any whole block) and this many 4x4 tiles per image...
-# One core, AMD Zen 4, time / the direct blocked kernel's (`cargo bench -p relax-kernels
-# --bench layers`): 0.54 at 96 channels onto 32 filters over a DBNet's 120x160, 0.37-0.54
-# at 96 onto 32 over 60x60 to 15x15, 0.41-0.46 at 32 or 64 onto 32 or 64 over 56x56,
-# 0.36-0.45 at 32 to 128 onto 32 or 48 over 28x28, 0.65 at 16 onto 16 over 56x56.
+# One core, AMD Zen 4, time / the direct blocked kernel's, two runs (`cargo bench -p
+# relax-kernels --bench layers -- 3x3/1`): DBNet's 96 channels onto 32 filters 0.54-0.87
+# over 120x120 and 0.54-0.56 over 30x30, DenseNet-121's 128 onto 32 0.43-0.52 over 56x56
+# and 0.36-0.41 over 28x28, SqueezeNet's 16 onto 64 0.58-0.71 over 55x55 and 32 onto 128
+# 0.41-0.42 over 27x27.
 BLOCKED_WINOGRAD4_MIN_CHANNELS = 16
 BLOCKED_WINOGRAD4_MIN_TILES = 49
 # ... else F(2x2, 3x3) from this many channels and filters and 2x2 tiles per image. Two
