@@ -380,6 +380,14 @@ impl ImageTiles<'_> {
                 }
             }
         }
+        // Whether each tile's pixels read consecutive pixels (see `Tile::contiguous`), the
+        // same for every pass.
+        let contiguous: [bool; MAX_TILES] = std::array::from_fn(|tile_index| {
+            let inputs = &inputs[tile_index];
+            consecutive
+                || (1..spans[tile_index].len())
+                    .all(|pixel| inputs[pixel] == inputs[0] + pixel * BLOCK)
+        });
         let group = blocks_per_pass(kernel_size);
         let panel_weights = panel * self.strides.panel;
         for first_block in (0..blocks).step_by(group) {
@@ -434,9 +442,7 @@ impl ImageTiles<'_> {
                     resume: first_block > 0,
                     pixels: tile_pixels.len(),
                     vectors,
-                    contiguous: consecutive
-                        || (1..tile_pixels.len())
-                            .all(|pixel| inputs[pixel] == inputs[0] + pixel * BLOCK),
+                    contiguous: contiguous[tile_index],
                 };
                 let finish = last.then(|| Finish {
                     scale: self

@@ -18,8 +18,9 @@
 //! vector once for the pixels that read it), and the 1-7 left over as one last run; the
 //! pixels at the row's ends skip the taps that fall in the padding, as every pixel
 //! skips the kernel rows that do (with AVX-512 and a 3- or 5-wide kernel at stride 1,
-//! the runs cover the whole row, the columns in the padding skipped as zeros). Against units of one row, single pixels after the
-//! runs and the row's ends on the portable path, one thread, in one process: 0.54x the
+//! the runs cover the whole row, the columns in the padding skipped as zeros). Against
+//! units of one row, single pixels after the runs and the row's ends on the portable
+//! path, one thread, in one process: 0.54x the
 //! time on MobileNetV2's 14x14 and 7x7 layers, 0.66x on EfficientNet-B0's 5x5 one at
 //! 28x28 and 0.71-0.88x on the 56x56 to 112x112 ones. The per-channel scale and shift,
 //! the residual and a clamp are applied as the sums are stored; a GELU or SiLU to the
@@ -235,7 +236,7 @@ pub(crate) unsafe fn blocked_depthwise(
                 }
             }
         };
-        let copied = if pads_in_registers(isa, shape) {
+        let copied = if isa == Isa::Avx512 && whole_row_width(&geometry).is_some() {
             None
         } else {
             PaddedRows::of(shape, &geometry, &rows)
@@ -251,19 +252,18 @@ pub(crate) unsafe fn blocked_depthwise(
     })
 }
 
-/// Whether the rows of `isa` take the input columns in the padding as zeros in
-/// registers, every pixel summed in runs, so that they need no padded copy (see
-/// [`PaddedRows`]): AVX-512's, for the undilated 3- and 5-wide kernels at stride 1 (the
-/// kernels that `avx512::row` sums with `runs::<3>` and `runs::<5>`). Against the copy
-/// (and the pixels at a row's ends one by one where there was none), one core, AMD Zen 4,
-/// three runs of each in turn (`cargo bench -p relax-kernels --bench layers -- dw`):
-/// MobileNetV2's 3x3 layers took 0.71-0.74x the time over 14x14 and 7x7, 0.76x over
-/// 56x56 and 0.82x over 112x112; EfficientNet-B0's 5x5 layer over 28x28 0.73x.
-fn pads_in_registers(isa: Isa, shape: &Conv2d) -> bool {
-    isa == Isa::Avx512
-        && matches!(shape.kernel.1, 3 | 5)
-        && shape.stride.1 == 1
-        && shape.dilation.1 == 1
+/// The width of the kernel, for the undilated 3- and 5-wide kernels at stride 1, whose
+/// rows AVX-512 sums whole in runs, the input columns in the padding taken as zeros in
+/// registers (`avx512::runs`), so that they need no padded copy (see [`PaddedRows`]).
+/// Against the copy (and the pixels at a row's ends one by one where there was none),
+/// one core, AMD Zen 4, three runs of each in turn (`cargo bench -p relax-kernels --bench
+/// layers -- dw`): MobileNetV2's 3x3 layers took 0.71-0.74x the time over 14x14 and 7x7,
+/// 0.76x over 56x56 and 0.82x over 112x112; EfficientNet-B0's 5x5 layer over 28x28 0.73x.
+fn whole_row_width(geometry: &Geometry) -> Option<usize> {
+    match (geometry.kernel.1, geometry.stride.1, geometry.dilation.1) {
+        (width @ (3 | 5), 1, 1) => Some(width),
+        _ => None,
+    }
 }
 
 thread_local! {
@@ -282,7 +282,7 @@ thread_local! {
 /// took about as long either way), as do strided convolutions (4 input values an output
 /// pixel at stride 2: MobileNetV2's stride-2 layers over 56x56 and 28x28 planes took
 /// 1.3-1.5x the time copied). AVX-512's rows of 3- and 5-wide kernels at stride 1 need
-/// no copy (see [`pads_in_registers`]).
+/// no copy (see [`whole_row_width`]).
 struct PaddedRows {
     /// The convolution's over the copied rows (no padding).
     geometry: Geometry,
@@ -620,13 +620,13 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{Block, Geometry, BLOCK, PIXELS};
+    use super::{whole_row_width, Block, Geometry, BLOCK, PIXELS};
 
     /// Output row `oy` of one block of channels into `out` (`[OW, 16]`), finished as
     /// [`super::store`] does (but a GELU or SiLU): in runs of 8 pixels with 8 vector
     /// accumulators and a last run of the 1-7 left, the whole row for the undilated 3-
-    /// and 5-wide kernels at stride 1 (see [`super::pads_in_registers`]), else the
-    /// interior's, then each pixel at the row's ends over the taps inside the input.
+    /// and 5-wide kernels at stride 1 (see [`whole_row_width`]), else the interior's,
+    /// then each pixel at the row's ends over the taps inside the input.
     ///
     /// # Safety
     /// The CPU has AVX-512F.
@@ -638,10 +638,11 @@ mod avx512 {
         residual: Option<&[f32]>,
         out: &mut [f32],
     ) {
-        match (geometry.kernel.1, geometry.stride.1, geometry.dilation.1) {
-            (3, 1, 1) => runs::<3, 1>(geometry, oy, block, residual, out),
-            (5, 1, 1) => runs::<5, 1>(geometry, oy, block, residual, out),
-            (3, 2, 1) => runs::<3, 2>(geometry, oy, block, residual, out),
+        let strided_3x3 = (geometry.kernel.1, geometry.stride.1, geometry.dilation.1) == (3, 2, 1);
+        match whole_row_width(geometry) {
+            Some(3) => runs::<3, 1>(geometry, oy, block, residual, out),
+            Some(5) => runs::<5, 1>(geometry, oy, block, residual, out),
+            _ if strided_3x3 => runs::<3, 2>(geometry, oy, block, residual, out),
             _ => runs::<0, 0>(geometry, oy, block, residual, out),
         }
     }
