@@ -19,14 +19,15 @@
 //! network's first convolution, over 3 channels) it is first copied into a zero-padded
 //! blocked buffer, so that the tiles need no bounds checks. Segments of the output plane
 //! are shared out over the tasks (a task that is done takes what the others have not
-//! started); the tiles of a segment sum a pass of channel blocks (as many as keep their
-//! weights in the level-1 cache) into the output and resume from there.
+//! started), every panel of a segment to one task where the weights allow (see
+//! [`UnitOrder`]); the tiles of a segment sum a pass of channel blocks (as many as keep
+//! their weights in the level-1 cache) into the output and resume from there.
 
 use super::caches::LINE_VALUES;
 use super::conv_operands::{Conv2d, Operands, PerFilter};
 use super::epilogue::Epilogue;
 use super::panels::PANEL;
-use super::parallel::{chunk, for_each_unit, Launch, Shared, INLINE_WORK};
+use super::parallel::{chunk, for_each_unit, Launch, Shared, UnitOrder, INLINE_WORK};
 use super::scratch::{prefix, reuse};
 use super::simd::Isa;
 
@@ -205,6 +206,10 @@ pub(crate) unsafe fn blocked_conv(
     let segments = output_pixels.div_ceil(segment);
     let units = panels * segments;
     let work = shape.filters * output_height * output_width * shape.channels * taps.len();
+    let order = UnitOrder::of(
+        shape.filters * shape.channels * taps.len(),
+        input_image + output_image,
+    );
     let x = Shared(x.cast_mut());
     let residual = residual.map(|residual| Shared(residual.cast_mut()));
     reuse(&PADDED, |buffer| {
@@ -213,15 +218,21 @@ pub(crate) unsafe fn blocked_conv(
             let image_x = Shared(x.at(image * input_image));
             let source = if padded {
                 launch(input_image < INLINE_WORK, &|task, tasks| {
-                    for block in chunk(blocks, tasks, task, 1) {
-                        // SAFETY: the image's input, read only; block `block` of the padded
-                        // buffer, this task's alone (`chunk` ranges do not overlap).
+                    // Shared out as the tiles share out the output (see `UnitOrder`).
+                    let (blocks, rows) = match order {
+                        UnitOrder::Pixels => (0..blocks, chunk(height, tasks, task, 1)),
+                        UnitOrder::Panels => (chunk(blocks, tasks, task, 1), 0..height),
+                    };
+                    for block in blocks {
+                        // SAFETY: the image's input, read only; these rows of block `block`
+                        // of the padded buffer, this task's alone (`chunk` ranges do not
+                        // overlap).
                         unsafe {
-                            pad_block(
+                            pad_rows(
                                 shape,
                                 input_blocked,
                                 image_x,
-                                block,
+                                (block, rows.clone()),
                                 buffer,
                                 (height, width),
                             )
@@ -254,7 +265,7 @@ pub(crate) unsafe fn blocked_conv(
                 isa,
             };
             for_each_unit(launch, work < INLINE_WORK, units, &|unit| {
-                let (panel, index) = (unit / segments, unit % segments);
+                let (panel, index) = order.split(unit, panels, segments);
                 let pixels = index * segment..((index + 1) * segment).min(output_pixels);
                 // SAFETY: the segment of this panel's filters is this unit's, and each unit
                 // runs once; everything else is read only (the function's contract).
@@ -265,31 +276,32 @@ pub(crate) unsafe fn blocked_conv(
     })
 }
 
-/// Copies block `block` of one image's input (blocked or NCHW) into the zero-padded
-/// blocked buffer `buffer` (`height x width` padded pixels per block); channels past
-/// `shape.channels` are zeros.
+/// Copies padded rows `rows` of block `block` of one image's input (blocked or NCHW) into
+/// the zero-padded blocked buffer `buffer` (`height x width` padded pixels per block);
+/// channels past `shape.channels` are zeros.
 ///
 /// # Safety
-/// `x` holds the image, `buffer` the padded blocks; no other thread writes this block.
-unsafe fn pad_block(
+/// `x` holds the image, `buffer` the padded blocks; `rows` are inside `0..height`, and no
+/// other thread writes these rows of this block.
+unsafe fn pad_rows(
     shape: &Conv2d,
     input_blocked: bool,
     x: Shared,
-    block: usize,
+    (block, rows): (usize, std::ops::Range<usize>),
     buffer: Shared,
     (height, width): (usize, usize),
 ) {
     let (top, left, _, _) = shape.padding;
-    // SAFETY: block `block` of the buffer, this task's alone.
+    let row_len = width * BLOCK;
+    // SAFETY: these rows of block `block` of the buffer, this task's alone.
     let padded = unsafe {
         std::slice::from_raw_parts_mut(
-            buffer.at(block * height * width * BLOCK),
-            height * width * BLOCK,
+            buffer.at((block * height + rows.start) * row_len),
+            rows.len() * row_len,
         )
     };
     let plane = shape.height * shape.width;
-    for y in 0..height {
-        let row = &mut padded[y * width * BLOCK..(y + 1) * width * BLOCK];
+    for (y, row) in rows.zip(padded.chunks_exact_mut(row_len)) {
         let inside = y >= top && y - top < shape.height;
         if !inside {
             row.fill(0.0);
@@ -395,7 +407,8 @@ impl ImageTiles<'_> {
             let last = first_block + count == blocks;
             // The next pass's weights, in cache lines shared out over the tiles (see
             // `Tile::next`): in a panel's first segment, which reads them first (the
-            // others find them in the level-2 cache).
+            // others find them in the level-2 cache; by pixels, the other cores' first
+            // segments read them unfetched, once).
             let next_block = first_block + count;
             let next_lines = if pixels.start == 0 {
                 (group.min(blocks - next_block) * BLOCK * self.strides.channel)

@@ -26,7 +26,7 @@ use super::blocked::{ImageTiles, Source, WeightStrides, BLOCK, SEGMENT};
 use super::conv_operands::{Conv2d, Operands};
 use super::epilogue::{add, Epilogue};
 use super::panels::PANEL;
-use super::parallel::{for_each_unit, Launch, Shared, INLINE_WORK};
+use super::parallel::{for_each_unit, Launch, Shared, UnitOrder, INLINE_WORK};
 use super::scratch::{prefix, reuse};
 use super::simd::{multiversion, Isa};
 use super::winograd::{input_transform4, output_transform4, Tile};
@@ -199,6 +199,12 @@ pub(crate) unsafe fn blocked_winograd(
     let panels = shape.filters.div_ceil(PANEL);
     let segments = tiles.div_ceil(SEGMENT);
     let product_units = values * panels * segments;
+    // A product's weights (U[ξ]) against its activations (V[ξ] and M[ξ]).
+    let order = UnitOrder::of(
+        shape.channels * shape.filters,
+        tiles * (shape.channels + shape.filters),
+    );
+    let by_rows = UnitOrder::of(0, 1);
     let inline = shape.filters * tiles * shape.channels * values < INLINE_WORK;
     let x = Shared(x.cast_mut());
     let residual = residual.map(|residual| Shared(residual.cast_mut()));
@@ -230,29 +236,32 @@ pub(crate) unsafe fn blocked_winograd(
             .collect();
         for image in 0..shape.batch {
             let image_x = Shared(x.at(image * input_image));
-            // 1. V, per block of channels and row of tiles.
+            // 1. V, per block of channels and row of tiles (numbered by rows, as the
+            // tiles of a layer without weights, see `UnitOrder`).
             let input_units = channel_blocks * plan.tiles.0;
             for_each_unit(launch, inline, input_units, &|unit| {
-                let (block, tile_row) = (unit / plan.tiles.0, unit % plan.tiles.0);
+                let (block, tile_row) = by_rows.split(unit, channel_blocks, plan.tiles.0);
                 // SAFETY: the image's input, read only; this block's values of this tile
                 // row in V, this unit's alone.
                 unsafe { transform_input(shape, &plan, image_x, v, block, tile_row) };
             })?;
             // 2. M[ξ] = V[ξ] U[ξ].
+            // Units numbered as the blocked kernel's, ξ counted with the panels: by
+            // pixels, a segment's tiles of every ξ and panel.
             for_each_unit(launch, inline, product_units, &|unit| {
-                let (xi, unit) = (unit / (panels * segments), unit % (panels * segments));
-                let (panel, segment) = (unit / segments, unit % segments);
+                let (panel, segment) = order.split(unit, values * panels, segments);
+                let (xi, panel) = (panel / panels, panel % panels);
                 let pixels = segment * SEGMENT..((segment + 1) * SEGMENT).min(tiles);
                 // SAFETY: V[ξ] and U[ξ] read only; this segment of this panel's filters in
                 // M[ξ], this unit's alone.
                 unsafe { products[xi].compute(panel, pixels) };
             })?;
-            // 3. The output, per block of filters and row of tiles.
+            // 3. The output, per block of filters and row of tiles (numbered as V's).
             let image_out = Shared(out.at(image * output_image));
             let image_residual = residual.map(|residual| Shared(residual.at(image * output_image)));
             let output_units = filter_blocks * plan.tiles.0;
             for_each_unit(launch, inline, output_units, &|unit| {
-                let (block, tile_row) = (unit / plan.tiles.0, unit % plan.tiles.0);
+                let (block, tile_row) = by_rows.split(unit, filter_blocks, plan.tiles.0);
                 let finish = Finish {
                     scale: per_filter
                         .and_then(|per_filter| per_filter.scale)

@@ -130,9 +130,9 @@ mod strips;
 mod tensor;
 mod winograd;
 
-#[doc(hidden)]
-pub use parallel::test_values;
 pub use parallel::{inline, threads, Launch};
+#[doc(hidden)]
+pub use parallel::{number_units_by_panels, test_values};
 pub use tensor::{Argument, Arguments};
 
 /// The weight layouts relax-runtime converts parameters to when it loads them, which

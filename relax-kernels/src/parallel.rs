@@ -2,7 +2,7 @@
 //! runtime's thread pool, or [`threads`] for tests and benchmarks), and the ways the
 //! kernels share work between its tasks.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Runs `body(task, tasks)` for every task of some pool (`tasks` of them, at least 1)
 /// and returns when all are done; with `inline` (work too small to share), runs
@@ -85,6 +85,63 @@ pub(crate) fn for_each_unit(
     })
 }
 
+/// How the units of a layer that computes `panels` groups of filters over `segments`
+/// runs of output pixels are numbered, and so shared out ([`for_each_unit`] gives each
+/// task a contiguous run of units first).
+///
+/// By pixels, a task computes every filter of its share of the plane: the layers of a
+/// network then split their pixels alike, so a task reads mostly the pixels that it wrote
+/// in the previous layer, from its own core's caches. By panels, it computes its share of
+/// the filters over the whole plane, and half of each layer's input was written by the
+/// other core. It matters when the cores do not share a level-3 cache: this project's 2
+/// cores spend spells of seconds to minutes so (a 1 MiB buffer written by one core then
+/// took 41 µs instead of 14 to read from the other, and 234 µs instead of 61 to write
+/// again). In those spells, by pixels took 0.91x the time of by panels on MobileNetV2 and
+/// EfficientNet-B0, 0.93-0.94x on ResNet-50; out of them, 0.98-1.0x
+/// (`cargo run --release -p relax-bench --bin unit_order`). A layer's padded copy and
+/// Winograd's transforms are shared out by rows likewise.
+///
+/// By pixels, every task reads every panel's weights, once per segment: a layer whose
+/// weights outweigh its activations is numbered by panels instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UnitOrder {
+    /// Segment-major: unit `s * panels + p`.
+    Pixels,
+    /// Panel-major: unit `p * segments + s`.
+    Panels,
+}
+
+/// Set by [`number_units_by_panels`]: every layer numbers its units by panels.
+static BY_PANELS: AtomicBool = AtomicBool::new(false);
+
+/// With `true`, every layer numbers its units by panels (and shares out its padded copy
+/// and Winograd transforms by blocks), as the kernels did before [`UnitOrder`]; with
+/// `false`, as [`UnitOrder::of`] says. For relax-bench's `unit_order`, which times both in
+/// turn: a model's outputs are the same either way.
+#[doc(hidden)]
+pub fn number_units_by_panels(by_panels: bool) {
+    BY_PANELS.store(by_panels, Ordering::Relaxed);
+}
+
+impl UnitOrder {
+    /// By pixels unless the weights (values) outnumber the activations read and written.
+    pub(crate) fn of(weights: usize, activations: usize) -> UnitOrder {
+        if weights > activations || BY_PANELS.load(Ordering::Relaxed) {
+            UnitOrder::Panels
+        } else {
+            UnitOrder::Pixels
+        }
+    }
+
+    /// `(panel, segment)` of unit `unit`.
+    pub(crate) fn split(self, unit: usize, panels: usize, segments: usize) -> (usize, usize) {
+        match self {
+            UnitOrder::Pixels => (unit % panels, unit / panels),
+            UnitOrder::Panels => (unit / segments, unit % segments),
+        }
+    }
+}
+
 /// Below this many multiply-adds a matrix product or convolution runs on the calling
 /// thread alone (waking the pool costs more).
 pub(crate) const INLINE_WORK: usize = 32 * 1024;
@@ -164,7 +221,7 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Duration;
 
-    use super::{chunk, for_each_unit, threads, three_threads, MAX_SHARING_TASKS};
+    use super::{chunk, for_each_unit, threads, three_threads, UnitOrder, MAX_SHARING_TASKS};
 
     /// How many times `for_each_unit` ran each of `units` units on `launch`.
     fn runs(launch: super::Launch, inline: bool, units: usize) -> Vec<usize> {
@@ -253,5 +310,58 @@ mod tests {
             (chunk(3136, 2, 0, 16), chunk(3136, 2, 1, 16)),
             (0..1568, 1568..3136)
         );
+    }
+
+    #[test]
+    fn unit_orders_number_every_panel_and_segment_once() {
+        for (panels, segments) in [(1, 1), (3, 5), (8, 1), (1, 7), (4, 44)] {
+            for order in [UnitOrder::Pixels, UnitOrder::Panels] {
+                let mut seen = vec![0; panels * segments];
+                for unit in 0..panels * segments {
+                    let (panel, segment) = order.split(unit, panels, segments);
+                    assert!(
+                        panel < panels && segment < segments,
+                        "{order:?} unit {unit}"
+                    );
+                    seen[segment * panels + panel] += 1;
+                }
+                assert_eq!(
+                    seen,
+                    vec![1; panels * segments],
+                    "{order:?} {panels}x{segments}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn by_pixels_a_task_starts_on_every_panel_of_its_segments() {
+        // Two tasks' first shares of 4 panels x 6 segments (see `for_each_unit`).
+        let share = |order: UnitOrder, task: usize| -> Vec<(usize, usize)> {
+            let mut units: Vec<_> = chunk(24, 2, task, 1)
+                .map(|unit| order.split(unit, 4, 6))
+                .collect();
+            units.sort();
+            units
+        };
+        let every = |panels: std::ops::Range<usize>, segments: std::ops::Range<usize>| {
+            let mut units: Vec<_> = panels
+                .flat_map(|panel| segments.clone().map(move |segment| (panel, segment)))
+                .collect();
+            units.sort();
+            units
+        };
+        assert_eq!(share(UnitOrder::Pixels, 0), every(0..4, 0..3));
+        assert_eq!(share(UnitOrder::Pixels, 1), every(0..4, 3..6));
+        assert_eq!(share(UnitOrder::Panels, 0), every(0..2, 0..6));
+        assert_eq!(share(UnitOrder::Panels, 1), every(2..4, 0..6));
+    }
+
+    #[test]
+    fn layers_whose_weights_outweigh_their_activations_are_numbered_by_panels() {
+        assert_eq!(UnitOrder::of(100, 300), UnitOrder::Pixels);
+        assert_eq!(UnitOrder::of(300, 300), UnitOrder::Pixels);
+        assert_eq!(UnitOrder::of(301, 300), UnitOrder::Panels);
+        assert_eq!(UnitOrder::of(0, 1), UnitOrder::Pixels);
     }
 }
