@@ -18,6 +18,13 @@ pub(crate) enum Epilogue {
     Silu,
     /// `x * min(max(x + 3, 0), 6) / 6` (hard-swish: MobileNetV3's activation).
     HardSwish,
+    /// `min(max(0.2 x + 0.5, 0), 1)`: ONNX's HardSigmoid with its default slope (Keras's
+    /// and PaddlePaddle's hard-sigmoid; the gate of a PaddleOCR model's
+    /// squeeze-excitation).
+    HardSigmoid,
+    /// `min(max(x / 6 + 0.5, 0), 1)`: HardSigmoid with a slope of 1/6, as PyTorch's
+    /// `hardsigmoid` exports (the gate of MobileNetV3's squeeze-excitation).
+    HardSigmoidSixth,
 }
 
 impl Epilogue {
@@ -30,6 +37,8 @@ impl Epilogue {
             4 => Epilogue::Relu6,
             5 => Epilogue::Silu,
             6 => Epilogue::HardSwish,
+            7 => Epilogue::HardSigmoid,
+            8 => Epilogue::HardSigmoidSixth,
             other => return Err(format!("unknown epilogue code {other}")),
         })
     }
@@ -43,12 +52,15 @@ impl Epilogue {
             | Epilogue::Gelu
             | Epilogue::GeluTanh
             | Epilogue::Silu
-            | Epilogue::HardSwish => None,
+            | Epilogue::HardSwish
+            | Epilogue::HardSigmoid
+            | Epilogue::HardSigmoidSixth => None,
         }
     }
 
     /// Whether the activation is more than a clamp: what the kernels apply to stored
-    /// values (a GELU, a SiLU, a hard-swish) after what they apply in registers ([`Epilogue::bounds`]).
+    /// values (a GELU, a SiLU, a hard-swish, a hard-sigmoid) after what they apply in
+    /// registers ([`Epilogue::bounds`]).
     pub(crate) fn after_registers(self) -> bool {
         self != Epilogue::None && self.bounds().is_none()
     }
@@ -73,6 +85,12 @@ multiversion! {
             Epilogue::Relu6 => values.iter_mut().for_each(|value| *value = relu6(*value)),
             Epilogue::Silu => values.iter_mut().for_each(|value| *value = silu::<FMA>(*value)),
             Epilogue::HardSwish => values.iter_mut().for_each(|value| *value = hard_swish(*value)),
+            Epilogue::HardSigmoid => values
+                .iter_mut()
+                .for_each(|value| *value = hard_sigmoid(HARD_SIGMOID_SLOPE, *value)),
+            Epilogue::HardSigmoidSixth => values
+                .iter_mut()
+                .for_each(|value| *value = hard_sigmoid(HARD_SIGMOID_SIXTH_SLOPE, *value)),
         }
     }
 }
@@ -90,6 +108,20 @@ fn relu6(value: f32) -> f32 {
 #[inline(always)]
 fn hard_swish(x: f32) -> f32 {
     x * (relu6(x + 3.0) / 6.0)
+}
+
+/// ONNX's HardSigmoid's default slope (`alpha`), as a float32 attribute holds it.
+const HARD_SIGMOID_SLOPE: f32 = 0.2;
+
+/// 1/6 as a float32 attribute holds it (PyTorch's `hardsigmoid`).
+const HARD_SIGMOID_SIXTH_SLOPE: f32 = 1.0 / 6.0;
+
+/// `min(max(slope * x + 0.5, 0), 1)`, in the order ONNX's HardSigmoid is imported (the
+/// product, the sum, then the clip: no fused multiply-add); a NaN becomes 0, as ReLU6's.
+#[inline(always)]
+#[allow(clippy::manual_clamp)]
+fn hard_sigmoid(slope: f32, x: f32) -> f32 {
+    (slope * x + 0.5).max(0.0).min(1.0)
 }
 
 multiversion! {
@@ -246,9 +278,17 @@ mod tests {
         let mut values = [-4.0f32, -3.0, -1.5, 0.0, 1.5, 3.0, 10.0];
         Epilogue::HardSwish.apply(&mut values);
         assert_eq!(values, [0.0, 0.0, -0.375, 0.0, 1.125, 3.0, 10.0]);
+        assert_eq!(Epilogue::from_code(7), Ok(Epilogue::HardSigmoid));
+        let mut values = [-10.0f32, -2.5, -1.0, 0.0, 1.0, 2.5, 10.0];
+        Epilogue::HardSigmoid.apply(&mut values);
+        assert_eq!(values, [0.0, 0.0, 0.3, 0.5, 0.7, 1.0, 1.0]);
+        assert_eq!(Epilogue::from_code(8), Ok(Epilogue::HardSigmoidSixth));
+        let mut values = [-6.0f32, -3.0, -1.5, 0.0, 1.5, 3.0, 6.0];
+        Epilogue::HardSigmoidSixth.apply(&mut values);
+        assert_eq!(values, [0.0, 0.0, 0.25, 0.5, 0.75, 1.0, 1.0]);
         assert_eq!(
-            Epilogue::from_code(7),
-            Err("unknown epilogue code 7".to_string())
+            Epilogue::from_code(9),
+            Err("unknown epilogue code 9".to_string())
         );
         let mut rows = [1.0f32, 2.0, 3.0, 4.0];
         add_bias_to_rows(&mut rows, &[10.0, 20.0]);

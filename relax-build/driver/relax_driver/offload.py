@@ -17,9 +17,10 @@ An add of a tensor of the output's own shape (a residual connection) folds too, 
 kernel's `_add` variant, which takes that tensor as its last input, and so does an
 activation after it: ReLU, GELU, and ReLU6, also as `max(y, 0)` then `min(that, 6)` or
 `clip(y, 0, 6)` (ONNX's importer writes Clip as call_tirs of max and min PrimFuncs
-against 0-d bounds), SiLU (`y * sigmoid(y)`) and hard-swish (`y * (clip(y + 3, 0, 6) /
-6)`, as TVM imports ONNX's HardSwish and PyTorch's). Bindings left unused are removed
-afterwards.
+against 0-d bounds), SiLU (`y * sigmoid(y)`), hard-swish (`y * (clip(y + 3, 0, 6) /
+6)`, as TVM imports ONNX's HardSwish and PyTorch's) and hard-sigmoid (`clip(a * y + 0.5,
+0, 1)` with ONNX's default `a` of 0.2 or PyTorch's 1/6: a squeeze-excitation's gate).
+Bindings left unused are removed afterwards.
 
 A weight (a parameter bound at load time) used only as a dense layer's weight (`[in,
 out]`, or `[out, in]` taken transposed, as `nn.Linear` stores it) is taken packed in
@@ -57,9 +58,13 @@ from .bindings import rewritten_body, rewritten_function
 
 # Activation op -> the kernels' epilogue code.
 EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3, "relax.nn.relu6": 4, "relax.nn.silu": 5}
-RELU, RELU6, SILU, HARD_SWISH = 1, 4, 5, 6
+RELU, RELU6, SILU, HARD_SWISH, HARD_SIGMOID, HARD_SIGMOID_SIXTH = 1, 4, 5, 6, 7, 8
 # The epilogues a convolution folds in.
-CONV_EPILOGUES = (RELU, RELU6, SILU, HARD_SWISH)
+CONV_EPILOGUES = (RELU, RELU6, SILU, HARD_SWISH, HARD_SIGMOID, HARD_SIGMOID_SIXTH)
+# HardSigmoid's slopes the kernels have an epilogue for (`clip(slope * x + 0.5, 0, 1)`):
+# ONNX's default and PyTorch's 1/6, matched within 1e-6 (PaddlePaddle writes 1/6 as
+# 0.1666667).
+HARD_SIGMOID_SLOPES = {HARD_SIGMOID: 0.2, HARD_SIGMOID_SIXTH: 1.0 / 6.0}
 
 
 def tensor_type(expr):
@@ -300,6 +305,10 @@ class Block:
                     return folded
         if name in ("relax.add", "relax.multiply", "relax.divide") or name in EPILOGUE:
             return self.fold(value, name)
+        if name in ("relax.minimum", "relax.clip"):
+            folded = self.hard_sigmoid(value)
+            if folded is not None:
+                return folded
         if name in ("relax.maximum", "relax.minimum", "relax.clip", "relax.call_tir"):
             return self.clamp(value, name)
         if name == "relax.layout_transform":
@@ -551,6 +560,29 @@ class Block:
                 return self.activated(kernel, HARD_SWISH, call.ty)
         return None
 
+    def hard_sigmoid(self, call):
+        """`clip(slope * x + 0.5, 0, 1)` of a kernel call's output `x` (ONNX's HardSigmoid
+        as TVM imports it: a squeeze-excitation's gate; the clip also as `maximum` then
+        `minimum`) folded as its epilogue, for the slopes of `HARD_SIGMOID_SLOPES`, when
+        nothing else uses `x` or the steps between."""
+        shifted_var = self.clamped_by(call, 0.0, 1.0)
+        shifted = self.value_of(shifted_var)
+        if op_name(shifted) != "relax.add" or not self.single_use(shifted_var):
+            return None
+        for scaled_var, offset in (tuple(shifted.args), tuple(reversed(shifted.args))):
+            scaled = self.value_of(scaled_var)
+            if self.scalar(offset) != 0.5 or op_name(scaled) != "relax.multiply" or not self.single_use(scaled_var):
+                continue
+            for x, slope in (tuple(scaled.args), tuple(reversed(scaled.args))):
+                kernel = self.kernel_of(x)
+                value = self.scalar(slope)
+                if kernel is None or value is None or not self.is_residual(x, call):
+                    continue
+                for code, wanted in HARD_SIGMOID_SLOPES.items():
+                    if abs(value - wanted) <= 1e-6:
+                        return self.activated(kernel, code, call.ty)
+        return None
+
     def is_hard_gate(self, gate, x):
         """Whether `gate` is `clip(x + 3, 0, 6) / 6`, each step used once."""
         divided = self.value_of(gate)
@@ -570,7 +602,11 @@ class Block:
         `maximum` (each used once), or None."""
         if not self.single_use(expr):
             return None
-        value = self.value_of(expr)
+        return self.clamped_by(self.value_of(expr), low, high)
+
+    def clamped_by(self, value, low, high):
+        """The operand that the call `value` clamps to `[low, high]`, as `clip` or as
+        `minimum` of a `maximum` (used once), or None."""
         if op_name(value) == "relax.clip":
             bounds = (prim_float(value.args[1]), prim_float(value.args[2]))
             return value.args[0] if bounds == (low, high) else None

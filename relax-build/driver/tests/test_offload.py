@@ -259,6 +259,50 @@ class HardSwish(unittest.TestCase):
                 self.assertEqual(calls, [("relax_runtime.conv2d", 0)])
 
 
+def hard_sigmoid(y, slope=0.2, offset=0.5, low=0.0, high=1.0, extrema=False):
+    """`clip(slope * y + offset, 0, 1)`, as TVM imports ONNX's HardSigmoid (with
+    `extrema`, the clip as the blocked layout's rewrite writes it)."""
+    scaled = relax.op.multiply(relax.const(slope, "float32"), y)
+    shifted = relax.op.add(scaled, relax.const(offset, "float32"))
+    if extrema:
+        lower = relax.op.maximum(shifted, relax.const(low, "float32"))
+        return relax.op.minimum(lower, relax.const(high, "float32"))
+    return relax.op.clip(shifted, low, high)
+
+
+class HardSigmoid(unittest.TestCase):
+    def folded(self, activation):
+        rewritten, _ = offload.rewrite(conv_then(activation), None)
+        return kernel_calls(rewritten), len(rewritten["main"].body.blocks[0].bindings)
+
+    def test_the_imported_hard_sigmoid_folds_into_the_convolution(self):
+        for name, (activation, code) in {
+            "ONNX's default slope": (hard_sigmoid, offload.HARD_SIGMOID),
+            "PyTorch's 1/6": (lambda y: hard_sigmoid(y, slope=1.0 / 6.0), offload.HARD_SIGMOID_SIXTH),
+            "PaddlePaddle's 0.1666667": (lambda y: hard_sigmoid(y, slope=0.1666667), offload.HARD_SIGMOID_SIXTH),
+            "maximum then minimum": (lambda y: hard_sigmoid(y, extrema=True), offload.HARD_SIGMOID),
+            "slope second": (
+                lambda y: relax.op.clip(relax.op.add(relax.op.multiply(y, relax.const(0.2, "float32")), relax.const(0.5, "float32")), 0.0, 1.0),
+                offload.HARD_SIGMOID,
+            ),
+        }.items():
+            with self.subTest(name):
+                # The kernel call alone is left, bound to the output.
+                self.assertEqual(self.folded(activation), ([("relax_runtime.conv2d", code)], 1))
+
+    def test_other_gates_stay(self):
+        for name, activation in {
+            "slope 0.5": lambda y: hard_sigmoid(y, slope=0.5),
+            "offset 0.6": lambda y: hard_sigmoid(y, offset=0.6),
+            "clipped to 6": lambda y: hard_sigmoid(y, high=6.0),
+            "maximum then minimum to 6": lambda y: hard_sigmoid(y, high=6.0, extrema=True),
+            "the product also an output": lambda y: relax.Tuple([hard_sigmoid(y), relax.op.multiply(y, y)]),
+        }.items():
+            with self.subTest(name):
+                calls, _ = self.folded(activation)
+                self.assertEqual(calls, [("relax_runtime.conv2d", 0)])
+
+
 def resized(layout="NCHW", dtype="float32", **attributes):
     """A function returning `image.resize2d` of an `[N, 32, H, W]` tensor (symbolic N, H
     and W; in NHWC and blocked in NCHW16c) to twice its height and width."""

@@ -198,6 +198,7 @@ fn convolutions_match_naive_loops() {
             (true, true, false, Epilogue::Silu),
             (true, false, false, Epilogue::Relu6),
             (true, true, true, Epilogue::HardSwish),
+            (true, false, false, Epilogue::HardSigmoid),
         ] {
             let mut expected = naive(&case, &x, &w, None);
             let pixels = oh * ow;
@@ -337,6 +338,7 @@ fn blocked_convolutions_match_naive_loops() {
                 (false, true, Epilogue::Relu6),
                 (true, false, Epilogue::Silu),
                 (true, true, Epilogue::HardSwish),
+                (true, false, Epilogue::HardSigmoidSixth),
             ],
         );
     }
@@ -459,6 +461,7 @@ fn direct_sums_onto_blocks_match_naive_loops() {
                 (true, false, Epilogue::Silu),
                 (true, true, Epilogue::HardSwish),
                 (false, false, Epilogue::Gelu),
+                (true, false, Epilogue::HardSigmoidSixth),
             ],
         );
     }
@@ -531,6 +534,7 @@ fn blocked_depthwise_convolutions_match_naive_loops() {
                 (false, true, Epilogue::Relu6),
                 (true, false, Epilogue::Silu),
                 (true, true, Epilogue::HardSwish),
+                (true, false, Epilogue::HardSigmoidSixth),
             ],
         );
     }
@@ -571,6 +575,7 @@ fn blocked_winograd_convolutions_match_naive_loops() {
                 (true, true, Epilogue::Relu),
                 (true, false, Epilogue::Silu),
                 (true, true, Epilogue::HardSwish),
+                (true, false, Epilogue::HardSigmoidSixth),
             ],
         );
     }

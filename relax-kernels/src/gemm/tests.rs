@@ -58,6 +58,7 @@ fn dense_matches_naive_loops_for_every_layout_and_epilogue() {
                 (Epilogue::Relu6, true, false),
                 (Epilogue::Silu, true, true),
                 (Epilogue::HardSwish, true, false),
+                (Epilogue::HardSigmoid, true, true),
             ] {
                 let x = values(m * k, 1);
                 let w = values(n * k, 2);
