@@ -204,7 +204,7 @@ pub(crate) unsafe fn blocked_winograd(
         shape.channels * shape.filters,
         tiles * (shape.channels + shape.filters),
     );
-    let by_rows = UnitOrder::of(0, 1);
+    let by_rows = UnitOrder::without_weights();
     let inline = shape.filters * tiles * shape.channels * values < INLINE_WORK;
     let x = Shared(x.cast_mut());
     let residual = residual.map(|residual| Shared(residual.cast_mut()));
@@ -236,8 +236,8 @@ pub(crate) unsafe fn blocked_winograd(
             .collect();
         for image in 0..shape.batch {
             let image_x = Shared(x.at(image * input_image));
-            // 1. V, per block of channels and row of tiles (numbered by rows, as the
-            // tiles of a layer without weights, see `UnitOrder`).
+            // 1. V, per block of channels and row of tiles (numbered by rows: see
+            // `UnitOrder::without_weights`).
             let input_units = channel_blocks * plan.tiles.0;
             for_each_unit(launch, inline, input_units, &|unit| {
                 let (block, tile_row) = by_rows.split(unit, channel_blocks, plan.tiles.0);

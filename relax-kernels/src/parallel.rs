@@ -126,7 +126,17 @@ pub fn number_units_by_panels(by_panels: bool) {
 impl UnitOrder {
     /// By pixels unless the weights (values) outnumber the activations read and written.
     pub(crate) fn of(weights: usize, activations: usize) -> UnitOrder {
-        if weights > activations || BY_PANELS.load(Ordering::Relaxed) {
+        if weights > activations {
+            UnitOrder::Panels
+        } else {
+            UnitOrder::without_weights()
+        }
+    }
+
+    /// The order of a step without weights (Winograd's transforms): by pixels, unless
+    /// [`number_units_by_panels`] says otherwise.
+    pub(crate) fn without_weights() -> UnitOrder {
+        if BY_PANELS.load(Ordering::Relaxed) {
             UnitOrder::Panels
         } else {
             UnitOrder::Pixels
@@ -363,5 +373,6 @@ mod tests {
         assert_eq!(UnitOrder::of(300, 300), UnitOrder::Pixels);
         assert_eq!(UnitOrder::of(301, 300), UnitOrder::Panels);
         assert_eq!(UnitOrder::of(0, 1), UnitOrder::Pixels);
+        assert_eq!(UnitOrder::without_weights(), UnitOrder::Pixels);
     }
 }
