@@ -5,9 +5,9 @@
 //! weights the `minilm` model fetched.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use relax_build::{tooling, Config};
+use relax_build::tooling::{self, Toolchain};
+use relax_build::Config;
 
 /// The models make_models.py generates: from onnx's light architectures (its
 /// LIGHT_MODELS), the mobile ones it writes itself (MOBILE_MODELS) and the recurrent ones
@@ -37,16 +37,15 @@ fn main() {
     let toolchain = tooling::toolchain(&Config::new())
         .unwrap_or_else(|error| panic!("relax-bench needs relax-build's toolchain: {error}"));
     // make_models.py exports torch_cnn with torch before relax-build (which would install
-    // it on its own for that model) compiles the models.
-    toolchain
-        .ensure_torch(tooling::Cargo::BUILD_SCRIPT, "torch_cnn")
+    // it on its own for that model) compiles the models; the other models need no torch.
+    let with_torch = toolchain
+        .with_torch(tooling::Cargo::BUILD_SCRIPT, "torch_cnn")
         .unwrap_or_else(|error| panic!("relax-bench needs torch for torch_cnn: {error}"));
-    let python = toolchain.python;
     let models = out_dir.join("models");
     std::fs::create_dir_all(&models).expect("creating OUT_DIR/models");
     for name in GENERATED_MODELS {
         generate(
-            &python,
+            &toolchain,
             &script,
             &[name],
             &models.join(format!("{name}.onnx")),
@@ -57,7 +56,7 @@ fn main() {
         here.join("models/torch_cnn.py").display()
     );
     generate(
-        &python,
+        &with_torch,
         &script,
         &[
             "torch_cnn",
@@ -68,7 +67,7 @@ fn main() {
     relax_build::compile_models();
     let weights = out_dir.join("relax/minilm/weights.safetensors");
     generate(
-        &python,
+        &toolchain,
         &script,
         &["minilm", &weights.to_string_lossy()],
         &models.join("minilm.onnx"),
@@ -77,7 +76,7 @@ fn main() {
 
 /// Runs `make_models.py <args> <output>` unless `output` was made by this version of the
 /// script (and of the model file `script` imports for it, if any).
-fn generate(python: &Path, script: &Path, args: &[&str], output: &Path) {
+fn generate(toolchain: &Toolchain, script: &Path, args: &[&str], output: &Path) {
     let stamp = output.with_extension("stamp");
     let imported = script.with_file_name(format!("{}.py", args[0]));
     let version = format!(
@@ -92,7 +91,8 @@ fn generate(python: &Path, script: &Path, args: &[&str], output: &Path) {
     {
         return;
     }
-    let status = Command::new(python)
+    let status = toolchain
+        .command()
         .arg(script)
         .args(args)
         .arg(output)

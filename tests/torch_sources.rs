@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use relax_cargo_tests::{
     assert_contains, assert_success, assert_tensors_close, cargo, cargo_relax, compile_error,
-    fixture, json_file, python, run_fixture, run_under_qemu, stdout, workspace_root, CROSS_TARGET,
+    fixture, json_file, python_with_torch, run_fixture, run_under_qemu, stdout, workspace_root,
+    CROSS_TARGET,
 };
 use serde_json::{json, Value};
 
@@ -41,7 +42,7 @@ fn torch_modules_and_a_program_match_eager_pytorch_at_two_sizes() {
         let inputs = json_file(&inputs);
         let path = inputs.path().to_str().unwrap();
         let ours: Value = serde_json::from_str(&run_fixture("torch-models", &[path])).unwrap();
-        let reference: Value = serde_json::from_str(&python(
+        let reference: Value = serde_json::from_str(&python_with_torch(
             &fixture("torch-models").join("reference.py"),
             &[path],
         ))
@@ -133,7 +134,7 @@ fn run_example(args: &[&str]) -> String {
 fn the_torch_example_matches_eager_pytorch_and_prints_its_accuracy() {
     let ours: Value = serde_json::from_str(&run_example(&["--json", "48"])).unwrap();
     let reference: Value =
-        serde_json::from_str(&python(&example().join("reference.py"), &["48"])).unwrap();
+        serde_json::from_str(&python_with_torch(&example().join("reference.py"), &["48"])).unwrap();
     assert_tensors_close("probabilities", &ours, &reference, 1e-5);
     let printed = run_example(&[]);
     assert!(

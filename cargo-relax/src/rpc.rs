@@ -73,11 +73,11 @@ pub fn parse_dims(flags: &[String]) -> Result<BTreeMap<String, i64>, String> {
 /// `cargo relax tracker`: runs TVM's tracker in the foreground until interrupted.
 pub fn tracker(host: &str, port: u16) -> Result<ExitCode, String> {
     let config = Config::new().cargo_directives(false);
-    let toolchain = tooling::toolchain(&config).map_err(|error| error.to_string())?;
-    toolchain
-        .ensure_tornado(tooling::Cargo::TOOL)
+    let toolchain = tooling::toolchain(&config)
+        .and_then(|toolchain| toolchain.with_tornado(tooling::Cargo::TOOL))
         .map_err(|error| error.to_string())?;
-    let status = Command::new(&toolchain.python)
+    let status = toolchain
+        .command()
         .args(["-c", TRACKER_SCRIPT, host, &port.to_string()])
         .status()
         .map_err(|error| format!("running {}: {error}", toolchain.python.display()))?;

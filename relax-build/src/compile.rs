@@ -85,7 +85,7 @@ impl Job<'_> {
     fn run(&self, action: Action, output_dir: &Path, inherit_output: bool) -> Result<()> {
         let request = self.request(action, output_dir);
         match driver::run(
-            &self.toolchain.python,
+            self.toolchain.command(),
             self.driver,
             &request,
             inherit_output,

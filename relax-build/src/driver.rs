@@ -403,10 +403,11 @@ pub fn install(dir: &Path) -> Result<PathBuf> {
     }
 }
 
-/// Runs the driver at `script` with `python` on `request`; with `inherit_output` the
-/// driver's output goes straight to this process's (progress of a tuning run).
+/// Runs the driver at `script` with `python` (a command running the toolchain's Python)
+/// on `request`; with `inherit_output` the driver's output goes straight to this
+/// process's (progress of a tuning run).
 pub fn run(
-    python: &Path,
+    mut python: Command,
     script: &Path,
     request: &Request,
     inherit_output: bool,
@@ -418,10 +419,10 @@ pub fn run(
     let _ = std::fs::remove_file(&error_path);
     let text = serde_json::to_string_pretty(request).expect("requests serialize");
     files::write_atomically(&request_path, text.as_bytes())?;
-    let mut command = Command::new(python);
-    command.arg(script).arg(&request_path);
+    let shown = Path::new(python.get_program()).display().to_string();
+    let command = python.arg(script).arg(&request_path);
     let cannot_run = |error: std::io::Error| Error::Toolchain {
-        message: format!("cannot run {}: {error}", python.display()),
+        message: format!("cannot run {shown}: {error}"),
     };
     let (status, stderr) = if inherit_output {
         (command.status().map_err(cannot_run)?, Vec::new())

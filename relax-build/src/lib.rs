@@ -27,7 +27,8 @@
 //! importer; its function is `main`. A PyTorch source (a `.py` whose entry is a
 //! `torch.nn.Module`, exported with `torch.export` from `inputs.forward`, or a `.pt2`
 //! program) is imported with `from_exported_program`; its function is `forward`, and
-//! torch is installed into the managed toolchain the first time one is built.
+//! torch is installed beside the managed toolchain the first time one is built (only
+//! PyTorch sources' builds see it).
 //!
 //! 2. Compile the models from `build.rs`:
 //!
@@ -115,6 +116,7 @@ mod driver;
 mod elf;
 mod env;
 mod error;
+mod extras;
 mod fetched;
 mod files;
 mod key;

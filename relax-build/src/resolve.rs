@@ -246,12 +246,16 @@ impl Resolver {
         model: &Model,
         action: impl FnOnce(&Job<'_>) -> Result<T>,
     ) -> Result<T> {
-        let toolchain = self
+        let base = self
             .toolchain()
             .map_err(|message| Error::Toolchain { message })?;
-        if model.needs_torch {
-            toolchain.ensure_torch(self.cargo(), &model.name)?;
-        }
+        let with_torch;
+        let toolchain = if model.needs_torch {
+            with_torch = base.with_torch(self.cargo(), &model.name)?;
+            &with_torch
+        } else {
+            base
+        };
         let target = self.compile_target(model)?;
         let driver = driver::install(&self.cache().drivers_dir())?;
         let weights_file = match model.weights_source() {

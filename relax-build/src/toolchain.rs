@@ -37,7 +37,7 @@ use crate::error::{io, Error, Result};
 use crate::files::{self, LockFile};
 use crate::locks::{self, Kind, Lock};
 use crate::metadata::PythonSetting;
-use crate::versions::{install_command, TORCH_VERSION, TORNADO_VERSION, TVM_VERSION};
+use crate::versions::{install_command, TVM_VERSION};
 
 /// A usable Python with TVM.
 #[derive(Debug, Clone)]
@@ -54,6 +54,31 @@ pub struct Toolchain {
     pub origin: String,
     /// Whether `RELAX_ALLOW_TVM_VERSION` lets another TVM version through.
     pub allow_other_version: bool,
+    /// Folders put first on `PYTHONPATH` for this Python: the optional packages a build
+    /// asked for (torch for PyTorch sources), kept apart from the base toolchain (see
+    /// [`crate::extras`]). Empty for a build that asked for none.
+    pub python_path: Vec<PathBuf>,
+}
+
+impl Toolchain {
+    /// A command running this Python, with [`Toolchain::python_path`] first on
+    /// `PYTHONPATH`.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(&self.python);
+        if !self.python_path.is_empty() {
+            let inherited = std::env::var_os("PYTHONPATH").unwrap_or_default();
+            let paths = self
+                .python_path
+                .iter()
+                .cloned()
+                .chain(std::env::split_paths(&inherited));
+            command.env(
+                "PYTHONPATH",
+                std::env::join_paths(paths).expect("toolchain folders hold no path separator"),
+            );
+        }
+        command
+    }
 }
 
 /// What the probe script reports.
@@ -336,7 +361,7 @@ fn marker_text(lock: &Lock) -> String {
 }
 
 /// The CPython tag (`cp311`) of an interpreter, which picks its lock.
-fn python_tag(python: &std::ffi::OsStr) -> Result<String> {
+pub(crate) fn python_tag(python: &std::ffi::OsStr) -> Result<String> {
     let shown = Path::new(python).display().to_string();
     let output = Command::new(python)
         .args([
@@ -360,7 +385,7 @@ fn python_tag(python: &std::ffi::OsStr) -> Result<String> {
 }
 
 /// Why there is no lock for `python` here, and the fix.
-fn no_lock(reason: String, python: &std::ffi::OsStr) -> Error {
+pub(crate) fn no_lock(reason: String, python: &std::ffi::OsStr) -> Error {
     Error::Toolchain {
         message: format!(
             "{reason}; {} would make the venv.\nFix: set RELAX_BOOTSTRAP_PYTHON to a CPython \
@@ -383,7 +408,7 @@ pub fn managed_dir(cargo: Cargo) -> Result<PathBuf> {
     Ok(root.join(format!("tvm-{TVM_VERSION}")))
 }
 
-fn managed_python(dir: &Path) -> PathBuf {
+pub(crate) fn managed_python(dir: &Path) -> PathBuf {
     dir.join("bin").join("python")
 }
 
@@ -453,112 +478,11 @@ fn toolchain_from(
         build_hash: files::sha256_bytes(&records),
         origin: String::new(),
         allow_other_version,
+        python_path: Vec::new(),
     })
 }
 
 const COMPLETE_MARKER: &str = "relax-toolchain-complete";
-
-impl Toolchain {
-    /// Makes sure this Python can import torch, for PyTorch sources (`model` names the
-    /// first one, for messages): the managed toolchain gets the pinned torch installed
-    /// once, with a notice; another Python must have it already.
-    pub fn ensure_torch(&self, cargo: Cargo, model: &str) -> Result<()> {
-        self.ensure_extra(
-            cargo,
-            Extra {
-                module: "torch",
-                kind: Kind::Torch,
-                pin: format!("torch=={TORCH_VERSION}"),
-                needed_by: format!("model `{model}` is a PyTorch source"),
-                notice: "about 6 GB with its CUDA libraries, a minute or two",
-            },
-        )
-    }
-
-    /// Makes sure this Python can import tornado, which TVM's RPC tracker needs
-    /// (`cargo relax tracker`): installed into the managed toolchain once, as torch is.
-    pub fn ensure_tornado(&self, cargo: Cargo) -> Result<()> {
-        self.ensure_extra(
-            cargo,
-            Extra {
-                module: "tornado",
-                kind: Kind::Tracker,
-                pin: format!("tornado=={TORNADO_VERSION}"),
-                needed_by: "TVM's RPC tracker needs tornado".to_string(),
-                notice: "under 1 MB",
-            },
-        )
-    }
-
-    fn ensure_extra(&self, cargo: Cargo, extra: Extra) -> Result<()> {
-        let probe = Command::new(&self.python)
-            .args([
-                "-c",
-                &format!(
-                    "import importlib.util as u; print(u.find_spec('{}') is not None)",
-                    extra.module
-                ),
-            ])
-            .output();
-        if probe.is_ok_and(|output| output.stdout.starts_with(b"True")) {
-            return Ok(());
-        }
-        let Extra {
-            module,
-            kind,
-            pin,
-            needed_by,
-            notice,
-        } = extra;
-        let managed = managed_dir(cargo)?;
-        if !self.python.starts_with(&managed) {
-            return Err(Error::Toolchain {
-                message: format!(
-                    "{needed_by}, but the Python relax-build uses ({}, from {}) has no {module}.\n\
-                     Fix: `{} -m pip install {pin}`, or let relax-build use its managed toolchain \
-                     (unset RELAX_PYTHON / package.metadata.relax.python), which installs {module} itself.",
-                    self.python.display(),
-                    self.origin,
-                    self.python.display()
-                ),
-            });
-        }
-        let tag = python_tag(self.python.as_os_str())?;
-        let lock = locks::shipped(kind, &tag)
-            .map_err(|reason| no_lock(reason, self.python.as_os_str()))?;
-        let _lock = lock_beside(
-            cargo,
-            &managed,
-            &format!("{module}.lock"),
-            &format!("installing {module}"),
-        )?;
-        cargo.warning(&format!(
-            "relax-build: {needed_by}: installing {pin} into the managed toolchain (one time; {notice})"
-        ));
-        pip_install_locked(
-            &self.python,
-            &lock,
-            &managed,
-            kind,
-            &format!("pip install of {module}"),
-        )?;
-        cargo.warning(&format!("relax-build: {module} is installed"));
-        Ok(())
-    }
-}
-
-/// A package installed into the managed toolchain on top of its lock, when first needed.
-struct Extra {
-    /// Its Python module.
-    module: &'static str,
-    kind: Kind,
-    /// `name==version`.
-    pin: String,
-    /// Why it is needed, for messages.
-    needed_by: String,
-    /// Its size and install time, for the notice.
-    notice: &'static str,
-}
 
 /// Creates (or upgrades) the managed toolchain from its lock unless it is complete for
 /// the same lock; safe to run from several builds at once.
@@ -630,11 +554,11 @@ pub fn provision(cargo: Cargo, dir: &Path, locks: &LockSource) -> Result<Provisi
         lock.pins().len(),
         lock.name
     ));
-    pip_install_locked(
+    pip_locked(
         &python,
+        &["install".as_ref()],
         &lock,
-        dir,
-        Kind::Toolchain,
+        &dir.join(format!("relax-{}", Kind::Toolchain.file_name())),
         "pip install of the pinned TVM",
     )?;
     std::fs::write(&marker, marker_text(&lock))
@@ -649,7 +573,7 @@ pub fn provision(cargo: Cargo, dir: &Path, locks: &LockSource) -> Result<Provisi
 
 /// Takes the file lock `<dir>.<suffix>` beside `dir`, saying that another build is
 /// `doing` while it waits.
-fn lock_beside(cargo: Cargo, dir: &Path, suffix: &str, doing: &str) -> Result<LockFile> {
+pub(crate) fn lock_beside(cargo: Cargo, dir: &Path, suffix: &str, doing: &str) -> Result<LockFile> {
     let lock_path = dir.with_file_name(format!(
         "{}.{suffix}",
         dir.file_name().unwrap_or_default().to_string_lossy()
@@ -662,33 +586,31 @@ fn lock_beside(cargo: Cargo, dir: &Path, suffix: &str, doing: &str) -> Result<Lo
     })
 }
 
-/// `python -m pip install --require-hashes --no-deps -r <lock>`, quietly, with the lock
-/// written into `dir` (`relax-toolchain.txt`, `relax-torch.txt`); `what` names it in an
+/// `python -m pip <arguments> --require-hashes --no-deps --only-binary=:all: -r <lock>`,
+/// quietly, with the lock written to `lock_file` first: `install` into the venv,
+/// `install --target DIR` into a folder, `download -d DIR ...`; `what` names it in an
 /// error. A package whose file has another sha256 than the lock allows is an
 /// [`Error::HashMismatch`] naming it.
-fn pip_install_locked(
+pub(crate) fn pip_locked(
     python: &Path,
+    arguments: &[&std::ffi::OsStr],
     lock: &Lock,
-    dir: &Path,
-    kind: Kind,
+    lock_file: &Path,
     what: &str,
 ) -> Result<()> {
-    let lock_file = dir.join(format!("relax-{}", kind.file_name()));
-    files::write_atomically(&lock_file, lock.text.as_bytes())?;
-    let output = Command::new(python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "--no-input",
-            "--quiet",
-            "--require-hashes",
-            "--no-deps",
-            "--only-binary=:all:",
-            "-r",
-        ])
-        .arg(&lock_file)
+    files::write_atomically(lock_file, lock.text.as_bytes())?;
+    let mut command = Command::new(python);
+    command.args(["-m", "pip"]).args(arguments).args([
+        "--disable-pip-version-check",
+        "--no-input",
+        "--quiet",
+        "--require-hashes",
+        "--no-deps",
+        "--only-binary=:all:",
+    ]);
+    let output = command
+        .arg("-r")
+        .arg(lock_file)
         .output()
         .map_err(|error| Error::Toolchain {
             message: format!("{what} could not start: {error}"),
@@ -775,38 +697,6 @@ mod tests {
             Some(second.path().join("python3"))
         );
         assert_eq!(search_path(&path, "python4"), None);
-    }
-
-    /// A Python of the user's (not the managed toolchain) without torch is an error with
-    /// the pip command, never an install into it.
-    #[test]
-    fn a_users_python_without_torch_names_the_fix() {
-        use std::os::unix::fs::PermissionsExt;
-
-        let dir = tempfile::tempdir().unwrap();
-        let python = dir.path().join("python");
-        std::fs::write(&python, "#!/bin/sh\necho False\n").unwrap();
-        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let toolchain = Toolchain {
-            python: python.clone(),
-            tvm_version: TVM_VERSION.to_string(),
-            runtime_library_dirs: Vec::new(),
-            build_hash: String::new(),
-            origin: "RELAX_PYTHON".to_string(),
-            allow_other_version: false,
-        };
-        let error = toolchain
-            .ensure_torch(Cargo::TOOL, "net")
-            .unwrap_err()
-            .to_string();
-        for part in [
-            "model `net` is a PyTorch source",
-            &format!("({}, from RELAX_PYTHON) has no torch", python.display()),
-            &format!("-m pip install torch=={TORCH_VERSION}"),
-            "unset RELAX_PYTHON",
-        ] {
-            assert!(error.contains(part), "{part:?} in: {error}");
-        }
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+use relax_build::tooling::Toolchain;
 use serde_json::Value;
 
 /// The workspace root.
@@ -103,19 +104,39 @@ pub fn assert_success(output: &Output, what: &str) {
     );
 }
 
-/// A Python with TVM and numpy: the one relax-build itself finds (or provisions).
-pub fn toolchain_python() -> &'static Path {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
+/// The toolchain relax-build itself finds (or provisions): TVM and numpy.
+fn toolchain() -> &'static Toolchain {
+    static TOOLCHAIN: OnceLock<Toolchain> = OnceLock::new();
+    TOOLCHAIN.get_or_init(|| {
         relax_build::tooling::toolchain(&relax_build::Config::new().cargo_directives(false))
             .unwrap_or_else(|error| panic!("no TVM toolchain for the tests: {error}"))
-            .python
     })
+}
+
+/// A Python with TVM and numpy: the one relax-build itself finds (or provisions).
+pub fn toolchain_python() -> &'static Path {
+    &toolchain().python
 }
 
 /// Runs a Python script with the toolchain's Python and returns its stdout.
 pub fn python(script: &Path, args: &[&str]) -> String {
-    let output = Command::new(toolchain_python())
+    run_python(toolchain().command(), script, args)
+}
+
+/// Runs a Python script with the toolchain's Python and torch (installed apart from the
+/// toolchain, as PyTorch sources get it) and returns its stdout.
+pub fn python_with_torch(script: &Path, args: &[&str]) -> String {
+    static TOOLCHAIN: OnceLock<Toolchain> = OnceLock::new();
+    let toolchain = TOOLCHAIN.get_or_init(|| {
+        toolchain()
+            .with_torch(relax_build::tooling::Cargo::TOOL, "the tests' reference")
+            .unwrap_or_else(|error| panic!("no torch for the tests: {error}"))
+    });
+    run_python(toolchain.command(), script, args)
+}
+
+fn run_python(mut python: Command, script: &Path, args: &[&str]) -> String {
+    let output = python
         .arg(script)
         .args(args)
         .output()
