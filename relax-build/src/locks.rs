@@ -104,7 +104,12 @@ pub fn platform() -> String {
 /// The shipped lock of `kind` for this platform and a CPython tag (`cp311`), or an
 /// error message saying what is supported.
 pub fn shipped(kind: Kind, python_tag: &str) -> Result<Lock, String> {
-    let platform = platform();
+    shipped_for(&platform(), kind, python_tag)
+}
+
+/// The shipped lock of `kind` for a platform (`linux-aarch64`) and a CPython tag, or an
+/// error message saying what is supported.
+pub fn shipped_for(platform: &str, kind: Kind, python_tag: &str) -> Result<Lock, String> {
     let path = format!("{platform}/{python_tag}/{}", kind.file_name());
     if let Some(lock) = shipped_named(&format!("relax-build/locks/{path}")) {
         return Ok(lock);

@@ -148,7 +148,7 @@ pub struct PackageFile {
     pub key: String,
     pub name: String,
     pub version: String,
-    /// The path inside the package's wheel (or sdist).
+    /// The path inside the package's wheel.
     pub path: String,
     /// A member of the zip archive at `path`, when the file is inside one.
     pub member: Option<String>,

@@ -8,12 +8,12 @@
 //! `targets/<target>/lib`, fetched with pip when missing and allowed.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::cargo::Cargo;
 use crate::env;
 use crate::error::{io, Error, Result};
 use crate::files::{self, LockFile};
+use crate::locks::{self, Kind, Lock};
 use crate::toolchain::{self, Toolchain};
 use crate::versions::{TVM_FFI_VERSION, TVM_VERSION};
 
@@ -136,6 +136,12 @@ pub fn copy_into(dirs: &[PathBuf], to: &Path, cargo_target: &str) -> Result<()> 
 
 /// Downloads the pinned wheels for `cargo_target`'s platform with the toolchain's pip and
 /// extracts `libtvm_ffi.so` and `libtvm_runtime.so` into `dir` (atomically, under a lock).
+///
+/// The wheels are hash-locked like the toolchain: their lines come from the shipped
+/// toolchain lock of the target's platform (for the toolchain's CPython), pip downloads
+/// them with `--require-hashes --only-binary=:all:`, and their sha256 is checked here
+/// again before they are unzipped. No code of theirs runs here: the libraries are only
+/// copied out.
 pub fn fetch_target(
     cargo: Cargo,
     toolchain: &Toolchain,
@@ -149,48 +155,219 @@ pub fn fetch_target(
     if holds_libraries(dir) {
         return Ok(());
     }
+    let python_tag = toolchain::python_tag(toolchain.python.as_os_str())?;
+    let lock = wheels_lock(cargo_target, &python_tag)?;
     cargo.warning(&format!(
-        "relax-build: fetching the TVM runtime libraries for {cargo_target} (the {arch} wheels of apache-tvm=={TVM_VERSION} and apache-tvm-ffi=={TVM_FFI_VERSION}) into {}",
+        "relax-build: fetching the TVM runtime libraries for {cargo_target} (the {arch} wheels of apache-tvm=={TVM_VERSION} and apache-tvm-ffi=={TVM_FFI_VERSION}, hash-locked) into {}",
         dir.display()
     ));
-    let script = format!(
-        r#"
-import os, shutil, subprocess, sys, tempfile, zipfile
-target = {dir:?}
-partial = target + ".partial"
-platforms = ["manylinux_2_28_{arch}", "manylinux_2_27_{arch}", "manylinux_2_24_{arch}", "manylinux2014_{arch}"]
-with tempfile.TemporaryDirectory() as download:
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-input",
-               "--only-binary=:all:", "--no-deps", "--python-version", "%d.%d" % sys.version_info[:2], "-d", download,
-               "apache-tvm=={TVM_VERSION}", "apache-tvm-ffi=={TVM_FFI_VERSION}"]
-    for platform in platforms:
-        command += ["--platform", platform]
-    subprocess.check_call(command)
-    shutil.rmtree(partial, ignore_errors=True)
-    os.makedirs(partial)
-    wanted = {{"tvm/lib/libtvm_runtime.so", "tvm_ffi/lib/libtvm_ffi.so"}}
-    for wheel in os.listdir(download):
-        with zipfile.ZipFile(os.path.join(download, wheel)) as archive:
-            for name in archive.namelist():
-                if name in wanted:
-                    with archive.open(name) as source, open(os.path.join(partial, os.path.basename(name)), "wb") as out:
-                        shutil.copyfileobj(source, out)
-shutil.rmtree(target, ignore_errors=True)
-os.replace(partial, target)
-"#,
-        dir = dir.to_string_lossy()
-    );
-    toolchain::run(
-        Command::new(&toolchain.python).arg("-c").arg(script),
-        &format!("fetching the {arch} TVM runtime wheels with pip"),
+    let download = tempfile::Builder::new()
+        .prefix(".download-")
+        .tempdir_in(parent)
+        .map_err(io(format!(
+            "making a download folder in {}",
+            parent.display()
+        )))?;
+    let wheels = download.path().join("wheels");
+    let version = format!("{}.{}", &python_tag[2..3], &python_tag[3..]);
+    let mut arguments: Vec<std::ffi::OsString> = vec![
+        "download".into(),
+        "-d".into(),
+        wheels.clone().into(),
+        "--python-version".into(),
+        version.into(),
+    ];
+    for platform in [
+        "manylinux_2_28",
+        "manylinux_2_27",
+        "manylinux_2_24",
+        "manylinux2014",
+    ] {
+        arguments.push("--platform".into());
+        arguments.push(format!("{platform}_{arch}").into());
+    }
+    let arguments: Vec<&std::ffi::OsStr> = arguments.iter().map(|arg| arg.as_os_str()).collect();
+    toolchain::pip_locked(
+        &toolchain.python,
+        &arguments,
+        &lock,
+        &download.path().join("wheels.txt"),
+        &format!("downloading the {arch} TVM runtime wheels with pip"),
     )?;
-    if !holds_libraries(dir) {
+    check_wheels(&wheels, &lock)?;
+    let partial = download.path().join("lib");
+    let script = r#"
+import os, shutil, sys, zipfile
+wheels, out = sys.argv[1:3]
+os.makedirs(out)
+wanted = {"tvm/lib/libtvm_runtime.so", "tvm_ffi/lib/libtvm_ffi.so"}
+for wheel in sorted(os.listdir(wheels)):
+    with zipfile.ZipFile(os.path.join(wheels, wheel)) as archive:
+        for name in archive.namelist():
+            if name in wanted:
+                with archive.open(name) as source, open(os.path.join(out, os.path.basename(name)), "wb") as target:
+                    shutil.copyfileobj(source, target)
+"#;
+    toolchain::run(
+        toolchain
+            .command()
+            .arg("-c")
+            .arg(script)
+            .arg(&wheels)
+            .arg(&partial),
+        &format!("unzipping the {arch} TVM runtime wheels"),
+    )?;
+    if !holds_libraries(&partial) {
         return Err(Error::Toolchain {
             message: format!(
                 "the {arch} wheels had no libtvm_ffi.so / libtvm_runtime.so (looked in {})",
-                dir.display()
+                wheels.display()
             ),
         });
     }
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
+    }
+    std::fs::rename(&partial, dir).map_err(io(format!(
+        "renaming {} to {}",
+        partial.display(),
+        dir.display()
+    )))
+}
+
+/// The hash lock of the two TVM wheels for `cargo_target`: their lines of the shipped
+/// toolchain lock of the target's platform and a CPython tag.
+fn wheels_lock(cargo_target: &str, python_tag: &str) -> Result<Lock> {
+    let arch = cargo_target.split('-').next().unwrap_or_default();
+    let no_wheels = |reason: String| {
+        Error::Toolchain {
+        message: format!(
+            "relax-build cannot fetch TVM's runtime libraries for {cargo_target}: {reason}.\n\
+             Fix: set {} to a folder holding libtvm_ffi.so and libtvm_runtime.so built for {cargo_target}.",
+            env::target_runtime_dir(cargo_target)
+        ),
+    }
+    };
+    if !cargo_target.contains("-linux-") {
+        return Err(no_wheels(
+            "the pinned TVM wheels exist for Linux targets only".to_string(),
+        ));
+    }
+    let toolchain_lock = locks::shipped_for(&format!("linux-{arch}"), Kind::Toolchain, python_tag)
+        .map_err(no_wheels)?;
+    let names = [
+        format!("apache-tvm=={TVM_VERSION} "),
+        format!("apache-tvm-ffi=={TVM_FFI_VERSION} "),
+    ];
+    let lines: Vec<&str> = toolchain_lock
+        .text
+        .lines()
+        .filter(|line| names.iter().any(|name| line.starts_with(name.as_str())))
+        .collect();
+    if lines.len() != names.len() {
+        return Err(no_wheels(format!(
+            "{} does not pin both TVM wheels",
+            toolchain_lock.name
+        )));
+    }
+    Ok(Lock {
+        name: format!("{} (its TVM wheels)", toolchain_lock.name),
+        text: format!("{}\n", lines.join("\n")).into(),
+    })
+}
+
+/// That every wheel pip left in `wheels` has a sha256 `lock` allows (pip checked them
+/// too; this does not rely on it).
+fn check_wheels(wheels: &Path, lock: &Lock) -> Result<()> {
+    let allowed: Vec<&str> = lock
+        .text
+        .split_whitespace()
+        .filter_map(|word| word.strip_prefix("--hash=sha256:"))
+        .collect();
+    let entries = std::fs::read_dir(wheels).map_err(io(format!("reading {}", wheels.display())))?;
+    for entry in entries {
+        let path = entry
+            .map_err(io(format!("reading {}", wheels.display())))?
+            .path();
+        let found = files::sha256_file(&path)?;
+        if !allowed.contains(&found.as_str()) {
+            return Err(Error::HashMismatch {
+                lock: lock.name.clone(),
+                packages: vec![path.display().to_string()],
+                message: format!(
+                    "the downloaded wheel {} has sha256 {found}, which the hash lock {} does not \
+                     allow ({}); it was not unzipped.\nFix: use a trustworthy package index (check \
+                     PIP_INDEX_URL and pip.conf) and try again.",
+                    path.display(),
+                    lock.name,
+                    allowed.join(", ")
+                ),
+            });
+        }
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wheels' lock is the two TVM lines of the target platform's toolchain lock.
+    #[test]
+    fn the_wheels_lock_holds_the_two_tvm_lines_of_the_targets_platform() {
+        let lock = wheels_lock("aarch64-unknown-linux-gnu", "cp311").unwrap();
+        let toolchain = locks::shipped_for("linux-aarch64", Kind::Toolchain, "cp311").unwrap();
+        let lines: Vec<&str> = lock.text.lines().collect();
+        assert_eq!(lines.len(), 2, "{}", lock.text);
+        for line in lines {
+            assert!(toolchain.text.lines().any(|own| own == line), "{line}");
+            assert!(line.contains("--hash=sha256:"), "{line}");
+        }
+        assert!(lock
+            .text
+            .starts_with(&format!("apache-tvm=={TVM_VERSION} ")));
+        assert!(lock.name.contains("linux-aarch64/cp311/toolchain.txt"));
+    }
+
+    #[test]
+    fn a_target_without_wheels_names_the_variable_to_set() {
+        let error = wheels_lock("aarch64-apple-darwin", "cp311")
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "cannot fetch TVM's runtime libraries for aarch64-apple-darwin",
+            "Linux targets only",
+            "Fix: set RELAX_RUNTIME_DIR_AARCH64_APPLE_DARWIN",
+        ] {
+            assert!(error.contains(part), "{part:?} in: {error}");
+        }
+        let error = wheels_lock("riscv64gc-unknown-linux-gnu", "cp311")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("no hash lock for linux-riscv64gc with CPython 3.11"),
+            "{error}"
+        );
+    }
+
+    /// A wheel whose sha256 the lock does not allow is refused before it is unzipped.
+    #[test]
+    fn a_tampered_wheel_is_refused_before_it_is_unzipped() {
+        let wheels = tempfile::tempdir().unwrap();
+        let lock = wheels_lock("aarch64-unknown-linux-gnu", "cp311").unwrap();
+        let wheel = wheels
+            .path()
+            .join("apache_tvm_ffi-0.1.14.post1-cp311-cp311-manylinux_2_28_aarch64.whl");
+        std::fs::write(&wheel, b"not the locked wheel").unwrap();
+        let error = check_wheels(wheels.path(), &lock).unwrap_err();
+        assert!(matches!(error, Error::HashMismatch { .. }), "{error}");
+        let message = error.to_string();
+        for part in [
+            &format!("the downloaded wheel {} has sha256", wheel.display()),
+            "which the hash lock relax-build/locks/linux-aarch64/cp311/toolchain.txt (its TVM wheels) does not allow",
+            "it was not unzipped",
+        ] {
+            assert!(message.contains(part), "{part:?} in: {message}");
+        }
+    }
 }

@@ -346,6 +346,16 @@ pub fn runtime_library_dirs(config: &Config) -> Result<Vec<PathBuf>> {
     Package::open(config)?.runtime_library_dirs()
 }
 
+/// Fetches a cross target's TVM runtime libraries into `dir` with `toolchain`'s pip, from
+/// the hash-locked wheels (what a cross build does when they are missing).
+pub fn fetch_runtime_libraries(
+    toolchain: &Toolchain,
+    cargo_target: &str,
+    dir: &Path,
+) -> Result<()> {
+    crate::runtime_libraries::fetch_target(Cargo::TOOL, toolchain, cargo_target, dir)
+}
+
 /// A model compiled outside any package (no prepared folder), into `out_dir`.
 pub struct StandaloneModel {
     pub compiled: CompiledModel,
