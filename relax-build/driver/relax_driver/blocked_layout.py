@@ -51,6 +51,7 @@ import tvm
 from tvm import relax, sym
 
 from . import offload, padded_channels
+from .errors import DriverError
 from .bindings import COPY, new_var, rewritten_function
 from .offload import BLOCK, extremum_with_scalar, prim_float, static_ints
 
@@ -440,7 +441,9 @@ def convert(ir_module, target, warnings=None, weights=(None, None)):
     None when not known): channels padded to whole blocks (padded_channels.py) may add
     padded weights and leave others unused. When TVM's ConvertLayout fails on the module,
     it stays NCHW, and a line saying so goes to `warnings` (the build's output) when given:
-    the layout is an optimization, and must never lose a model."""
+    the layout is an optimization, and must never lose a model (TVM 0.27's ConvertLayout
+    raises `RuntimeError: Back optional access` on a convolution over a tensor whose dims
+    are unknown, for one)."""
     if not converts(target):
         return ir_module, False, weights
     if not any(has_conv2d(function) for function in ir_module.functions.values()):
@@ -448,7 +451,9 @@ def convert(ir_module, target, warnings=None, weights=(None, None)):
     try:
         module, *padded_weights = padded_channels.padded(prepared(ir_module), *weights)
         converted = with_whole_filter_blocks(relax.transform.ConvertLayout(BLOCKED_LAYOUTS, desired_layouts)(module))
-    except tvm.error.InternalError as error:
+    except Exception as error:  # noqa: BLE001 - TVM raises InternalError, RuntimeError, ValueError...
+        if isinstance(error, DriverError):
+            raise
         if warnings is not None:
             first_line = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
             warnings.append(

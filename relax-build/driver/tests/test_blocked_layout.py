@@ -517,6 +517,33 @@ class Blocked(unittest.TestCase):
         self.assertIn("stay NCHW", warnings[0])
         self.assertIn("ConvertLayout failed", warnings[0])
 
+    def test_a_convolution_over_dims_unknown_when_compiling_stays_nchw_with_a_warning(self):
+        # TVM 0.27's ConvertLayout raises RuntimeError ("Back optional access"), not its
+        # InternalError, on a convolution over a tensor of unknown dims (a recognizer's
+        # concatenation once made one): that too keeps the module NCHW.
+        @tvm.script.ir_module
+        class Unknown:
+            @R.function
+            def main(
+                x: R.Tensor((1, 32, 8, 8), "float32"),
+                w1: R.Tensor((32, 32, 1, 1), "float32"),
+                w2: R.Tensor((32, 32, 1, 3), "float32"),
+            ):
+                R.func_attr({"num_input": 1})
+                with R.dataflow():
+                    y = R.nn.conv2d(x, w1)
+                    z = R.call_pure_packed("vm.builtin.copy", y, ty_args=(R.Tensor(ndim=4, dtype="float32"),))
+                    out = R.nn.conv2d(z, w2, padding=[0, 1, 0, 1])
+                    R.output(out)
+                return out
+
+        warnings = []
+        module, converted, _ = blocked_layout.convert(Unknown, X86, warnings)
+        self.assertFalse(converted)
+        self.assertTrue(module.same_as(Unknown))
+        self.assertEqual(len(warnings), 1)
+        self.assertIn("Back optional access", warnings[0])
+
     def test_an_fpn_resize_between_blocked_layers_runs_blocked(self):
         # A coarse level upsampled and added to a fine one, over symbolic planes: the
         # resize is NCHW to ConvertLayout, and its sum's operands are aligned by a copy and

@@ -8,7 +8,8 @@ at run time (neither is 1), but TVM's type inference cannot prove it and gives t
 an unknown shape, which no operator after it can compile. Here, before an elementwise
 operator (or a `Concat`, off its axis) converts, each later operand whose dim differs
 from the first operand's (both symbolic, neither 1) is cast to the first one's dims: a
-check at run time (the VM's `match_cast`), and known dims for everything after.
+check at run time (the VM's `match_cast`), and known dims for everything after. A
+`Concat`'s operands are equal off its axis, 1s included (see `concat_reference`).
 
 The operand goes through an identity copy that forgets its dims before the cast: a
 cast straight from it makes TVM 0.27's layout conversion (on the way to channel-blocked
@@ -52,18 +53,38 @@ def asserted_dims(bb, expr, dims):
     return bb.match_cast(forgotten, relax.TensorType(dims, dtype))
 
 
+def concat_reference(operands, reference, skip_axis):
+    """A Concat's dims off its axis: the first operand's (`reference`), each replaced by
+    a number where another operand of the same rank has one there. A Concat's operands
+    are equal off its axis (no broadcasting: a 1 against a symbolic dim is that dim,
+    which a recognizer's `(height - 33) // 48 + 1` beside a pooled height of 1 must be)."""
+    reference = list(reference)
+    for operand in operands:
+        dims = known_dims(operand)
+        if dims is None or len(dims) != len(reference):
+            continue
+        for position, dim in enumerate(dims):
+            if position != skip_axis and isinstance(dim, tirx.IntImm) and not isinstance(reference[position], tirx.IntImm):
+                reference[position] = dim
+    return reference
+
+
 def aligned_operands(bb, operands, skip_axis=None):
     """`operands` with each later one's dims cast to the first one's where they differ
-    (right-aligned, as broadcasting aligns them; `skip_axis` is a Concat's axis)."""
+    (right-aligned, as broadcasting aligns them). `skip_axis` is a Concat's axis: its
+    operands are cast to `concat_reference`, the first one too, 1s included."""
     first = next((operand for operand in operands if known_dims(operand) is not None), None)
     if first is None:
         return operands
+    concat = skip_axis is not None
     reference = known_dims(first)
+    if concat:
+        reference = concat_reference(operands, reference, skip_axis)
     analyzer = sym.Analyzer()
     result = []
     for operand in operands:
-        dims = known_dims(operand) if operand is not first else None
-        if dims is None:
+        dims = known_dims(operand) if operand is not first or concat else None
+        if dims is None or (concat and len(dims) != len(reference)):
             result.append(operand)
             continue
         offset = len(reference) - len(dims)
@@ -72,8 +93,13 @@ def aligned_operands(bb, operands, skip_axis=None):
             position = index + offset
             if position < 0 or position == skip_axis:
                 continue
-            if differs(analyzer, reference[position], dim):
-                wanted[index] = reference[position]
+            mine = reference[position]
+            if concat:
+                mismatch = not isinstance(dim, tirx.IntImm) and not analyzer.can_prove_equal(mine, dim)
+            else:
+                mismatch = differs(analyzer, mine, dim)
+            if mismatch:
+                wanted[index] = mine
         changed = any(not wanted_dim.same_as(dim) for wanted_dim, dim in zip(wanted, dims))
         result.append(asserted_dims(bb, operand, wanted) if changed else operand)
     return result

@@ -1,0 +1,88 @@
+"""Small graphs reproducing what real exports do to shapes and failed to build (the
+real-model corpus, relax-conformance/corpus.toml, has the models themselves), each
+against onnxruntime with its dims left symbolic."""
+
+import os
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from onnx_ops_cases import run_driver, run_onnxruntime
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from relax_driver import blocked_layout, onnx_source  # noqa: E402
+
+RNG = np.random.default_rng(55)
+X86 = {"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"}
+
+
+def symbolic_model(nodes, inputs, outputs, initializers, opset=17):
+    """A model whose `inputs` are {name: (elem_type, dims)} (dims may be names)."""
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(name, elem, dims) for name, (elem, dims) in inputs.items()],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
+        [numpy_helper.from_array(array, name) for name, array in initializers.items()],
+    )
+    made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    made.ir_version = 8
+    return made
+
+
+def imported(made, weights_mode="embed"):
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.onnx")
+        onnx.save(made, path)
+        return onnx_source.load({"source": path, "inputs": [], "onnx_prepare": True, "weights_mode": weights_mode})
+
+
+def assert_close(test, made, feeds, rtol=1e-4, atol=1e-5):
+    got = run_driver(made, feeds)
+    want = run_onnxruntime(made, feeds)
+    for mine, theirs in zip(got, want):
+        test.assertEqual(mine.shape, theirs.shape)
+        np.testing.assert_allclose(mine, theirs, rtol=rtol, atol=atol)
+
+
+class RecognizerConcat(unittest.TestCase):
+    """PP-OCRv4's recognizer (SVTR) concatenates a feature map whose height is
+    `(height - 33) // 48 + 1` with a pooled one of height 1, then convolves: TVM could not
+    prove the heights equal, gave the concatenation an unknown shape, and its layout
+    conversion failed with `RuntimeError: Back optional access`."""
+
+    def model(self):
+        nodes = [
+            helper.make_node("MaxPool", ["x"], ["tall"], kernel_shape=[33, 1], strides=[48, 1]),
+            helper.make_node("ReduceMean", ["x"], ["flat"], axes=[2], keepdims=1),
+            helper.make_node("Concat", ["tall", "flat"], ["both"], axis=1),
+            helper.make_node("Conv", ["both", "w"], ["y"], kernel_shape=[1, 3], pads=[0, 1, 0, 1]),
+        ]
+        weight = RNG.standard_normal((16, 32, 1, 3)).astype(np.float32) * 0.2
+        return symbolic_model(
+            nodes, {"x": (TensorProto.FLOAT, ["batch", 16, "height", "width"])}, ["y"], {"w": weight}, opset=13
+        )
+
+    def test_the_concatenation_keeps_its_dims_and_converts_to_blocks(self):
+        ir_module, weights, _ = imported(self.model(), "external")
+        concat = [b for block in ir_module["main"].body.blocks for b in block.bindings
+                  if getattr(getattr(b.value, "op", None), "name", None) == "relax.concat"]
+        self.assertEqual(len(concat), 1)
+        self.assertIsNotNone(concat[0].var.ty.shape, "the concatenation's dims are known")
+        warnings = []
+        names = [str(param.name) for param in ir_module["main"].params[1:]]
+        _, converted, _ = blocked_layout.convert(ir_module, X86, warnings, (weights, names))
+        self.assertEqual(warnings, [])
+        self.assertTrue(converted)
+
+    def test_it_matches_onnxruntime(self):
+        x = RNG.standard_normal((2, 16, 48, 20)).astype(np.float32)
+        assert_close(self, self.model(), {"x": x})
+
+
+if __name__ == "__main__":
+    unittest.main()
