@@ -128,6 +128,21 @@ impl LockFile {
             // The holder removed the file after we opened it: lock the new one.
         }
     }
+
+    /// The lock on an existing lock file, if nobody holds it: its holder finished or
+    /// was killed (the kernel releases a killed process's locks, whatever PID namespace
+    /// it ran in). None when the file is missing or held.
+    pub fn try_acquire_existing(path: &Path) -> Option<LockFile> {
+        let file = File::options().write(true).open(path).ok()?;
+        file.try_lock().ok()?;
+        let locked = file.metadata().ok()?;
+        let current = std::fs::metadata(path).ok()?;
+        // Another process took and removed it meanwhile: not this file any more.
+        (current.dev() == locked.dev() && current.ino() == locked.ino()).then(|| LockFile {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
 }
 
 impl Drop for LockFile {
@@ -195,6 +210,26 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         drop(held);
         waiter.join().unwrap();
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn only_a_lock_nobody_holds_can_be_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("writer.lock");
+        assert!(LockFile::try_acquire_existing(&path).is_none(), "no file");
+        let held = LockFile::acquire(&path, || {}).unwrap();
+        // Another open file description, as another process has: the lock is held.
+        let other = {
+            let path = path.clone();
+            std::thread::spawn(move || LockFile::try_acquire_existing(&path).is_some())
+        };
+        assert!(!other.join().unwrap());
+        drop(held);
+        // A killed holder leaves the file, unlocked.
+        File::create(&path).unwrap();
+        let taken = LockFile::try_acquire_existing(&path).expect("the file is free");
+        drop(taken);
         assert!(!path.exists());
     }
 
