@@ -4,8 +4,8 @@
 //! $RELAX_CACHE_DIR/                  (default: $XDG_CACHE_HOME/relax-cargo/cache, else ~/.cache/relax-cargo/cache)
 //!   entries/<cache key>/             library.so, signature.json, weights.safetensors?, manifest.json
 //!   entries/<cache key>.lock         held while the entry is being made (removed after)
-//!   tmp/<cache key>.<pid>.<ns>/      entries being written; renamed into entries/ when complete
-//!   tmp/<cache key>.<pid>.<ns>.lock  locked by the process writing that folder
+//!   tmp/<cache key>.<unique>/        entries being written; renamed into entries/ when complete
+//!   tmp/<cache key>.<unique>.lock    locked by the process writing that folder
 //!   files/<sha256>                   fetched files (see crate::fetched), verified on every use
 //!   probes/                          cached toolchain probes (by interpreter path)
 //!   drivers/<fingerprint>/           the compile driver, as run
@@ -225,8 +225,8 @@ impl Cache {
         Ok((dir, lock))
     }
 
-    /// A fresh `tmp/<key>.<pid>.<ns>` path (not created; its parent is), with its
-    /// lock file `tmp/<key>.<pid>.<ns>.lock` held: hold it until the folder is gone.
+    /// A fresh `tmp/<key>.<unique>` path (not created; its parent is), with its
+    /// lock file `tmp/<key>.<unique>.lock` held: hold it until the folder is gone.
     fn temporary_path(&self, cache_key: &str) -> Result<(PathBuf, LockFile)> {
         let parent = self.root.join("tmp");
         std::fs::create_dir_all(&parent).map_err(io(format!("creating {}", parent.display())))?;

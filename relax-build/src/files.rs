@@ -31,12 +31,15 @@ pub fn temporary_sibling(path: &Path) -> PathBuf {
     path.with_file_name(format!("{name}.{}.tmp", unique_suffix()))
 }
 
-/// `<pid>.<nanoseconds>`: unique among the processes of this machine.
+/// `<pid>.<nanoseconds>.<count>`: unique among the processes of this machine, and
+/// among the calls of this process (the count) even when the clock is coarse.
 pub fn unique_suffix() -> String {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_nanos());
-    format!("{}.{nanos}", std::process::id())
+    let count = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}.{nanos}.{count}", std::process::id())
 }
 
 /// Copies (or hard-links, with `link`) `source` to `destination` through a temporary
