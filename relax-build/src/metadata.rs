@@ -273,10 +273,25 @@ pub struct Tune {
 impl Model {
     /// A model from the keys of its manifest entry (TOML text, as under
     /// `[package.metadata.relax.models.<name>]`), paths relative to `manifest_dir`
-    /// (`cargo relax add` checks an entry before writing it).
+    /// (`cargo relax add` checks an entry before writing it). The package's
+    /// `allow_outside`, when its manifest has one, applies to the entry's paths.
     pub fn from_entry(name: &str, manifest_dir: &Path, entry: &str) -> Result<Model> {
-        let text = format!("[package.metadata.relax.models.{name}]\n{entry}\n");
         let manifest_path = manifest_dir.join("Cargo.toml");
+        let allowed = std::fs::read_to_string(&manifest_path)
+            .ok()
+            .and_then(|text| text.parse::<toml::Table>().ok())
+            .and_then(|document| {
+                document
+                    .get("package")?
+                    .get("metadata")?
+                    .get("relax")?
+                    .get("allow_outside")
+                    .cloned()
+            });
+        let package = allowed.map_or(String::new(), |allowed| {
+            format!("[package.metadata.relax]\nallow_outside = {allowed}\n")
+        });
+        let text = format!("{package}[package.metadata.relax.models.{name}]\n{entry}\n");
         parse(&text, manifest_dir, &manifest_path)?.into_only_model(&manifest_path)
     }
 

@@ -809,3 +809,23 @@ fn allow_outside_cannot_name_the_file_system_root() {
          folder that holds the models' files",
     );
 }
+
+#[test]
+fn an_entry_checked_alone_keeps_the_packages_allow_outside() {
+    let nested = Nested::new();
+    let entry = "source = \"../outside/m.onnx\"";
+    let message = Model::from_entry("m", &nested.app(), entry)
+        .unwrap_err()
+        .to_string();
+    assert_contains(
+        &message,
+        "`../outside/m.onnx` leaves the package folder through `..`",
+    );
+    std::fs::write(
+        nested.app().join("Cargo.toml"),
+        "[package]\nname = \"app\"\n[package.metadata.relax]\nallow_outside = [\"../outside\"]\n",
+    )
+    .unwrap();
+    let model = Model::from_entry("m", &nested.app(), entry).unwrap();
+    assert_eq!(model.source, nested.app().join("../outside/m.onnx"));
+}
