@@ -10,7 +10,8 @@ const RESERVED_METHODS: &[&str] = &["load", "load_on", "session", "into_session"
 
 /// What the generated module embeds and says about its origin.
 pub struct Embedded<'a> {
-    /// Where the model came from, e.g. "`models/digits.py`, entry `DigitsMLP`".
+    /// Where the model came from, e.g. "`models/digits.py`, entry `DigitsMLP`", its names
+    /// written with [`code_span`] (line breaks in it are escaped all the same).
     pub origin: &'a str,
     /// The Cargo target it was compiled for.
     pub cargo_target: &'a str,
