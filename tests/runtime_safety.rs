@@ -1,7 +1,8 @@
 //! What relax-runtime refuses instead of crashing, and what it needs from the system:
 //! no writable temporary folder, a damaged executable caught by its recorded sha256,
 //! and library files that are truncated, for another machine, of another model, or
-//! named relative to the current folder.
+//! named relative to the current folder; and names in a model that would break the
+//! generated code if written raw.
 
 use std::path::{Path, PathBuf};
 
@@ -162,4 +163,32 @@ fn library_files_that_cannot_work_are_refused_with_a_reason() {
         ) && message.contains("does not define it: is it the library of another model?)"),
         "{message}"
     );
+}
+
+/// A model whose function and argument names hold a newline, `*/`, backticks, quotes, a
+/// backslash, a text-direction mark and non-ASCII letters builds through the real path
+/// (the driver's signature, relax-build's code generation), its wrapper compiles with
+/// the names escaped in its docs and sanitised into identifiers, and it runs.
+#[test]
+fn names_that_could_break_generated_code_build_and_run() {
+    let output = relax_cargo_tests::run_fixture("hostile-names", &[]);
+    assert_eq!(
+        output,
+        "[4.0, 6.0, 8.0, 10.0, 12.0, 14.0]\n\
+         \"add\\n*/ `tick` \\\"quoted\\\" ünï\"\n\
+         [\"x\\npub fn injected() {}\", \"*/ /* `b` \\\"c\\\" \\\\\", \"ünïcode\\u{202e}\"]\n"
+    );
+    let module = built_model_dir("debug", "fixture-hostile-names", "hostile")
+        .parent()
+        .unwrap()
+        .join("hostile.rs");
+    let generated = std::fs::read_to_string(&module).unwrap();
+    assert!(
+        generated.contains(
+            "        /// `add\\n*/ \\u{60}tick\\u{60} \"quoted\" ünï(x\\npub fn injected() {}: float32[2, 3], \
+             */ /* \\u{60}b\\u{60} \"c\" \\\\: float32[2, 3], ünïcode\\u{202e}: float32[2, 3]) -> float32[2, 3]`\n"
+        ),
+        "{generated}"
+    );
+    assert!(!generated.contains('\u{202e}'), "{generated}");
 }

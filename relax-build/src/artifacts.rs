@@ -22,6 +22,16 @@ pub const SIGNATURE: &str = "signature.json";
 pub const WEIGHTS: &str = "weights.safetensors";
 pub const MANIFEST: &str = "manifest.json";
 
+/// Every artifact file a folder may hold besides its manifest: `manifest.json` names no
+/// other file, so a tampered one cannot make a build read or copy `../../escape.txt`.
+pub const ARTIFACTS: [&str; 3] = [LIBRARY, SIGNATURE, WEIGHTS];
+
+/// Whether `name` can be one component of a path (a model or Cargo target name that
+/// names a folder): not empty, no `/`, not `.` or `..`, no NUL.
+pub fn is_path_component(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
+}
+
 /// What a folder of artifacts holds and what made it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArtifactManifest {
@@ -72,6 +82,23 @@ pub fn verify(dir: &Path) -> std::result::Result<ArtifactManifest, String> {
             return Err(format!("{MANIFEST} lists no {required}"));
         }
     }
+    if let Some(file) = manifest
+        .artifacts
+        .keys()
+        .find(|file| !ARTIFACTS.contains(&file.as_str()))
+    {
+        return Err(format!(
+            "{MANIFEST} lists the file {file:?}, but an artifact folder holds only {}",
+            ARTIFACTS.join(", ")
+        ));
+    }
+    for (field, name) in [("model", &manifest.model), ("target", &manifest.target)] {
+        if !is_path_component(name) {
+            return Err(format!(
+                "{MANIFEST} names the {field} {name:?}, which is not a folder name"
+            ));
+        }
+    }
     for (file, expected) in &manifest.artifacts {
         let actual =
             files::sha256_file(&dir.join(file)).map_err(|_| format!("{file} is missing"))?;
@@ -104,7 +131,93 @@ pub fn copy_artifacts(
 ) -> Result<()> {
     std::fs::create_dir_all(to).map_err(crate::error::io(format!("creating {}", to.display())))?;
     for file in manifest.artifacts.keys() {
+        if !ARTIFACTS.contains(&file.as_str()) {
+            return Err(crate::error::Error::Io {
+                context: format!("copying the artifacts of {}", from.display()),
+                source: std::io::Error::other(format!(
+                    "{MANIFEST} lists the file {file:?}, which is not an artifact"
+                )),
+            });
+        }
         files::place_copy(&from.join(file), &to.join(file), link)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A verified-looking folder whose manifest lists `extra` besides its artifacts.
+    fn folder(model: &str, extra: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(LIBRARY), b"library").unwrap();
+        std::fs::write(dir.path().join(SIGNATURE), b"{}").unwrap();
+        let mut artifacts = hash_artifacts(dir.path()).unwrap();
+        for (name, sha256) in extra {
+            artifacts.insert(name.to_string(), sha256.to_string());
+        }
+        let manifest = ArtifactManifest {
+            model: model.to_string(),
+            target: "x86_64-unknown-linux-gnu".to_string(),
+            input_key: "k".to_string(),
+            cache_key: "c".to_string(),
+            inputs: KeyInputs::default(),
+            tvm_version: "0.27.0.post1".to_string(),
+            toolchain_hash: "t".to_string(),
+            artifacts,
+        };
+        std::fs::write(dir.path().join(MANIFEST), manifest.to_json()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_folder_of_known_artifacts_verifies() {
+        let dir = folder("m", &[]);
+        assert_eq!(verify(dir.path()).unwrap().model, "m");
+    }
+
+    #[test]
+    fn a_manifest_naming_a_file_outside_its_folder_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let escape = root.path().join("escape.txt");
+        std::fs::write(&escape, b"secret").unwrap();
+        let nested = root.path().join("a/b");
+        std::fs::create_dir_all(&nested).unwrap();
+        let dir = folder(
+            "m",
+            &[("../../escape.txt", &files::sha256_bytes(b"secret"))],
+        );
+        for file in [LIBRARY, SIGNATURE, MANIFEST] {
+            std::fs::copy(dir.path().join(file), nested.join(file)).unwrap();
+        }
+        // The sha256 matches the file the path reaches: only its name can refuse it.
+        assert_eq!(
+            verify(&nested).unwrap_err(),
+            "manifest.json lists the file \"../../escape.txt\", but an artifact folder holds only \
+             library.so, signature.json, weights.safetensors"
+        );
+        let manifest: ArtifactManifest =
+            serde_json::from_slice(&std::fs::read(nested.join(MANIFEST)).unwrap()).unwrap();
+        let copy = root.path().join("copy");
+        let error = copy_artifacts(&nested, &manifest, &copy, false).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("\"../../escape.txt\", which is not an artifact"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_manifest_naming_its_model_with_a_path_is_refused() {
+        let dir = folder("../m", &[]);
+        assert_eq!(
+            verify(dir.path()).unwrap_err(),
+            "manifest.json names the model \"../m\", which is not a folder name"
+        );
+        assert!(!is_path_component(".."));
+        assert!(!is_path_component(""));
+        assert!(is_path_component("x86_64-unknown-linux-gnu"));
+    }
 }

@@ -221,8 +221,12 @@ pub(crate) fn materialize(
         .then(|| model_dir.join(WEIGHTS));
     let source = &model.source_label;
     let origin = match model.kind {
-        SourceKind::Python => format!("`{source}`, entry `{}`", model.entry),
-        SourceKind::Onnx | SourceKind::TorchProgram => format!("`{source}`"),
+        SourceKind::Python => format!(
+            "{}, entry {}",
+            codegen::code_span(source),
+            codegen::code_span(&model.entry)
+        ),
+        SourceKind::Onnx | SourceKind::TorchProgram => codegen::code_span(source),
     };
     let library_path = format!("relax/{}/{}", model.name, artifacts::LIBRARY);
     let weights_path = format!("relax/{}/{}", model.name, WEIGHTS);

@@ -4,7 +4,8 @@
 //! $RELAX_CACHE_DIR/                  (default: $XDG_CACHE_HOME/relax-cargo/cache, else ~/.cache/relax-cargo/cache)
 //!   entries/<cache key>/             library.so, signature.json, weights.safetensors?, manifest.json
 //!   entries/<cache key>.lock         held while the entry is being made (removed after)
-//!   tmp/<cache key>.<pid>.<ns>/      entries being written; renamed into entries/ when complete
+//!   tmp/<cache key>.<unique>/        entries being written; renamed into entries/ when complete
+//!   tmp/<cache key>.<unique>.lock    locked by the process writing that folder
 //!   files/<sha256>                   fetched files (see crate::fetched), verified on every use
 //!   probes/                          cached toolchain probes (by interpreter path)
 //!   drivers/<fingerprint>/           the compile driver, as run
@@ -13,7 +14,10 @@
 //! `manifest.json` records the key, its labeled inputs and the sha256 of every artifact
 //! (see [`crate::artifacts`]); an entry whose files do not match it (truncated, edited)
 //! is reported and rebuilt. A temporary folder left by a killed build is removed by the
-//! next build that finds its process gone.
+//! next build that can take its lock file: the writer holds an exclusive `flock` on it
+//! from before it makes the folder until the folder is gone, and the kernel releases it
+//! when the writer dies. Unlike a PID, that holds across PID namespaces (containers
+//! sharing a cache).
 //!
 //! The entries are kept under a size limit (`RELAX_CACHE_SIZE`, default 10 GiB): after a
 //! new entry is made, the least recently used ones are removed until the entries fit.
@@ -139,7 +143,8 @@ impl Cache {
             return Ok(manifest);
         }
         self.remove_abandoned_temporaries();
-        let temporary = self.temporary_dir(cache_key)?;
+        // Declared first, dropped last: the lock outlives the folder.
+        let (temporary, _writing) = self.temporary_dir(cache_key)?;
         let result = build(&temporary).and_then(|manifest| {
             std::fs::write(temporary.join(MANIFEST), manifest.to_json())
                 .map_err(io("writing a cache manifest"))?;
@@ -194,7 +199,7 @@ impl Cache {
             // process killed while removing it leaves a folder that
             // `remove_abandoned_temporaries` clears.
             let name = path.file_name().unwrap_or_default().to_string_lossy();
-            let doomed = self.temporary_path(&name)?;
+            let (doomed, _removing) = self.temporary_path(&name)?;
             match std::fs::rename(&path, &doomed) {
                 Ok(()) => {}
                 // Another build trimmed it first.
@@ -213,35 +218,50 @@ impl Cache {
         Ok(removed)
     }
 
-    fn temporary_dir(&self, cache_key: &str) -> Result<PathBuf> {
-        let dir = self.temporary_path(cache_key)?;
+    /// A fresh temporary folder and the lock that keeps it while held.
+    fn temporary_dir(&self, cache_key: &str) -> Result<(PathBuf, LockFile)> {
+        let (dir, lock) = self.temporary_path(cache_key)?;
         std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-        Ok(dir)
+        Ok((dir, lock))
     }
 
-    /// A fresh `tmp/<key>.<pid>.<ns>` path (not created; its parent is).
-    fn temporary_path(&self, cache_key: &str) -> Result<PathBuf> {
+    /// A fresh `tmp/<key>.<unique>` path (not created; its parent is), with its
+    /// lock file `tmp/<key>.<unique>.lock` held: hold it until the folder is gone.
+    fn temporary_path(&self, cache_key: &str) -> Result<(PathBuf, LockFile)> {
         let parent = self.root.join("tmp");
         std::fs::create_dir_all(&parent).map_err(io(format!("creating {}", parent.display())))?;
-        Ok(parent.join(format!("{cache_key}.{}", files::unique_suffix())))
+        let path = parent.join(format!("{cache_key}.{}", files::unique_suffix()));
+        let lock = LockFile::acquire(&lock_path(&path), || {})?;
+        Ok((path, lock))
     }
 
-    /// Removes `tmp/<key>.<pid>.<ns>` folders whose process no longer runs (a killed
-    /// build); folders of running processes are left alone.
+    /// Removes the temporary folders (and lock files) of builds that were killed: those
+    /// whose lock file nobody holds. A folder without a lock file (made by a relax-build
+    /// from before the locks) is removed once it is a day old.
     pub fn remove_abandoned_temporaries(&self) {
         let Ok(entries) = std::fs::read_dir(self.root.join("tmp")) else {
             return;
         };
         for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let pid = name
-                .split('.')
-                .nth(1)
-                .and_then(|pid| pid.parse::<u32>().ok());
-            if let Some(pid) = pid {
-                if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
+            let path = entry.path();
+            let is_lock = path
+                .extension()
+                .is_some_and(|extension| extension == "lock");
+            let (folder, lock) = if is_lock {
+                (path.with_extension(""), path.clone())
+            } else {
+                (path.clone(), lock_path(&path))
+            };
+            if is_lock && folder.exists() {
+                // Judged with its folder.
+                continue;
+            }
+            if let Some(_abandoned) = LockFile::try_acquire_existing(&lock) {
+                // Removed while locked, then the lock file (dropped): never a folder
+                // without its lock while someone may still write it.
+                let _ = std::fs::remove_dir_all(&folder);
+            } else if !is_lock && !lock.exists() && older_than(&folder, LOCKLESS_AGE) {
+                let _ = std::fs::remove_dir_all(&folder);
             }
         }
     }
@@ -289,6 +309,27 @@ fn parse_size_limit(value: &str) -> Result<u64> {
             env::CACHE_SIZE
         ),
     })
+}
+
+/// How old a temporary folder without a lock file must be to be removed.
+const LOCKLESS_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// The lock file of a temporary folder: `<folder>.lock`.
+fn lock_path(folder: &Path) -> PathBuf {
+    let mut name = folder.as_os_str().to_os_string();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Whether `path` was last modified more than `age` ago.
+fn older_than(path: &Path, age: Duration) -> bool {
+    std::fs::metadata(path)
+        .and_then(|metadata| metadata.modified())
+        .is_ok_and(|modified| {
+            SystemTime::now()
+                .duration_since(modified)
+                .is_ok_and(|elapsed| elapsed > age)
+        })
 }
 
 /// Records that the entry in `dir` was used now (its manifest's modification time).
@@ -437,18 +478,69 @@ mod tests {
         assert!(left.is_empty(), "left behind: {left:?}");
     }
 
+    /// Two "processes" (threads with their own open file descriptions, which is what
+    /// flock tells apart): a writer, whose PID means nothing in this namespace, holds
+    /// its folder's lock while a cleaner runs; a killed writer left its folder and an
+    /// unlocked lock file.
     #[test]
-    fn folders_of_killed_builds_are_removed_and_running_ones_kept() {
+    fn folders_of_killed_builds_are_removed_and_locked_ones_kept() {
         let root = tempfile::tempdir().unwrap();
         let cache = Cache::new(root.path(), Cargo::TOOL);
         let tmp = root.path().join("tmp");
-        // PID 0 never names a user process; our own parent is alive.
-        let dead = tmp.join("key.0.123");
-        let alive = tmp.join(format!("key.{}.456", std::os::unix::process::parent_id()));
-        std::fs::create_dir_all(&dead).unwrap();
-        std::fs::create_dir_all(&alive).unwrap();
+        std::fs::create_dir_all(&tmp).unwrap();
+        // Above any pid_max: no /proc entry here, as for a writer in another container.
+        let running = tmp.join("key.4194305.1");
+        let killed = tmp.join("key.0.2");
+        let (locked, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let writer = {
+            let running = running.clone();
+            std::thread::spawn(move || {
+                let lock = LockFile::acquire(&lock_path(&running), || {}).unwrap();
+                std::fs::create_dir_all(running.join("half")).unwrap();
+                locked.0.send(()).unwrap();
+                release.1.recv().unwrap();
+                std::fs::remove_dir_all(&running).unwrap();
+                drop(lock);
+            })
+        };
+        locked.1.recv().unwrap();
+        std::fs::create_dir_all(killed.join("half")).unwrap();
+        std::fs::File::create(lock_path(&killed)).unwrap();
+        let orphan_lock = tmp.join("key.0.3.lock");
+        std::fs::File::create(&orphan_lock).unwrap();
+
+        let cleaner = {
+            let cache = cache.clone();
+            std::thread::spawn(move || cache.remove_abandoned_temporaries())
+        };
+        cleaner.join().unwrap();
+        assert!(
+            running.join("half").exists(),
+            "a running writer's folder was removed"
+        );
+        assert!(lock_path(&running).exists());
+        assert!(!killed.exists() && !lock_path(&killed).exists());
+        assert!(!orphan_lock.exists());
+
+        release.0.send(()).unwrap();
+        writer.join().unwrap();
+        assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn folders_without_a_lock_file_are_removed_once_a_day_old() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = Cache::new(root.path(), Cargo::TOOL);
+        let tmp = root.path().join("tmp");
+        let (old, new) = (tmp.join("key.1.1"), tmp.join("key.1.2"));
+        std::fs::create_dir_all(&old).unwrap();
+        std::fs::create_dir_all(&new).unwrap();
+        std::fs::File::open(&old)
+            .unwrap()
+            .set_modified(SystemTime::now() - 2 * LOCKLESS_AGE)
+            .unwrap();
         cache.remove_abandoned_temporaries();
-        assert!(!dead.exists());
-        assert!(alive.exists());
+        assert!(!old.exists());
+        assert!(new.exists());
     }
 }

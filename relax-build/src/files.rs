@@ -31,12 +31,15 @@ pub fn temporary_sibling(path: &Path) -> PathBuf {
     path.with_file_name(format!("{name}.{}.tmp", unique_suffix()))
 }
 
-/// `<pid>.<nanoseconds>`: unique among the processes of this machine.
+/// `<pid>.<nanoseconds>.<count>`: unique among the processes of this machine, and
+/// among the calls of this process (the count) even when the clock is coarse.
 pub fn unique_suffix() -> String {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_nanos());
-    format!("{}.{nanos}", std::process::id())
+    let count = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}.{nanos}.{count}", std::process::id())
 }
 
 /// Copies (or hard-links, with `link`) `source` to `destination` through a temporary
@@ -128,6 +131,21 @@ impl LockFile {
             // The holder removed the file after we opened it: lock the new one.
         }
     }
+
+    /// The lock on an existing lock file, if nobody holds it: its holder finished or
+    /// was killed (the kernel releases a killed process's locks, whatever PID namespace
+    /// it ran in). None when the file is missing or held.
+    pub fn try_acquire_existing(path: &Path) -> Option<LockFile> {
+        let file = File::options().write(true).open(path).ok()?;
+        file.try_lock().ok()?;
+        let locked = file.metadata().ok()?;
+        let current = std::fs::metadata(path).ok()?;
+        // Another process took and removed it meanwhile: not this file any more.
+        (current.dev() == locked.dev() && current.ino() == locked.ino()).then(|| LockFile {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
 }
 
 impl Drop for LockFile {
@@ -195,6 +213,26 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         drop(held);
         waiter.join().unwrap();
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn only_a_lock_nobody_holds_can_be_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("writer.lock");
+        assert!(LockFile::try_acquire_existing(&path).is_none(), "no file");
+        let held = LockFile::acquire(&path, || {}).unwrap();
+        // Another open file description, as another process has: the lock is held.
+        let other = {
+            let path = path.clone();
+            std::thread::spawn(move || LockFile::try_acquire_existing(&path).is_some())
+        };
+        assert!(!other.join().unwrap());
+        drop(held);
+        // A killed holder leaves the file, unlocked.
+        File::create(&path).unwrap();
+        let taken = LockFile::try_acquire_existing(&path).expect("the file is free");
+        drop(taken);
         assert!(!path.exists());
     }
 

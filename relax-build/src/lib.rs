@@ -80,6 +80,12 @@
 //! | `offload` | matmuls and convolutions run in relax-runtime's kernels | `true` |
 //! | `onnx_prepare` | fold an ONNX graph's shape computations with the pinned dims before importing it | `true` |
 //! | `python` (package level only) | the Python to compile with: a path, or a command on `PATH` | — |
+//! | `allow_outside` (package level only) | folders outside the package that `source`, `weights`, `files` and `include` may name files in | — |
+//!
+//! Every path a model names (`source`, `weights`, `files.<name>`, `include`) must lie
+//! inside the package (a `$OUT_DIR/` path inside `OUT_DIR`) once `..` and symbolic links
+//! are resolved, or inside a folder listed in `allow_outside`; anything else is an
+//! error naming the key and the path.
 //!
 //! # Environment variables
 //!

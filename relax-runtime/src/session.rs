@@ -50,13 +50,16 @@ pub struct Session {
 
 impl Session {
     /// Loads a model embedded by `include_model!` (what the generated `Model::load` calls).
+    ///
+    /// Safe because only `unsafe` code makes an [`EmbeddedModel`]: its constructor's
+    /// contract vouches for the library.
     #[doc(hidden)]
     pub fn load_embedded(embedded: &'static EmbeddedModel, device: Device) -> Result<Session> {
         runtime::load(&embedded.hints())?;
-        let signature = ModelSignature::from_json(embedded.name, embedded.signature_json)?;
-        let library =
-            library::load_embedded(embedded.name, embedded.library, embedded.library_sha256)?;
-        Session::new(library, signature, embedded.weights, device)
+        let parts = embedded.parts();
+        let signature = ModelSignature::from_json(parts.name, parts.signature_json)?;
+        let library = library::load_embedded(parts.name, parts.library, parts.library_sha256)?;
+        Session::new(library, signature, parts.weights, device)
     }
 
     /// Loads a model from a library file compiled by relax-build, with its signature
@@ -69,8 +72,9 @@ impl Session {
     /// Loading a library runs its native code. `library` must be a model library
     /// compiled by relax-build for this machine's target and for `signature_json`, and
     /// must not change while the process runs; a library from elsewhere, or a damaged
-    /// one, can do anything. (Models embedded by `include_model!` are checked against
-    /// the sha256 recorded at build time and need no `unsafe`.)
+    /// one, can do anything. (Models embedded by `include_model!` need no `unsafe` of
+    /// yours: the generated code vouches for the library relax-build compiled, and its
+    /// bytes are checked against the sha256 recorded at build time.)
     ///
     /// # Errors
     ///

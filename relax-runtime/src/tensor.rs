@@ -54,7 +54,7 @@ pub(crate) fn checked_bytes(dims: impl Iterator<Item = usize>, dtype: DType) -> 
     for dim in dims {
         elements = elements.checked_mul(dim.max(1))?;
     }
-    let bytes = elements.checked_mul(dtype.size_in_bytes())?;
+    let bytes = dtype.bytes_for(elements)?;
     (bytes <= isize::MAX as usize).then_some(bytes)
 }
 
@@ -95,7 +95,9 @@ impl Tensor {
             )));
         }
         let elements: usize = shape.iter().product();
-        let expected = elements * dtype.size_in_bytes();
+        let expected = dtype
+            .bytes_for(elements)
+            .expect("checked_bytes bounds the byte count");
         if expected != bytes.len() {
             return Err(invalid(format!(
                 "shape {shape:?} of {dtype} needs {expected} bytes, but {} were given",
@@ -249,9 +251,25 @@ impl Tensor {
     ///
     /// When the data is not on the CPU, or is strided.
     pub fn as_bytes(&self) -> Result<&[u8]> {
-        let length = self.elements * self.dtype.size_in_bytes();
+        // Checked against isize::MAX when the tensor was made; sub-byte elements packed.
+        let length = self
+            .dtype
+            .bytes_for(self.elements)
+            .expect("the byte count was checked when the tensor was made");
         match &self.repr {
-            Repr::Host { buffer, .. } => Ok(&buffer.as_slice()[..length]),
+            Repr::Host { buffer, .. } => {
+                buffer
+                    .as_slice()
+                    .get(..length)
+                    .ok_or_else(|| Error::InvalidTensor {
+                        message: format!(
+                            "{} elements of {} take {length} bytes, but the buffer holds {}",
+                            self.elements,
+                            self.dtype,
+                            buffer.as_slice().len()
+                        ),
+                    })
+            }
             Repr::Tvm(_) => {
                 let tensor = self.dl_tensor();
                 let device = Device::from_dlpack(tensor.device);
@@ -271,8 +289,9 @@ impl Tensor {
                 if length == 0 {
                     return Ok(&[]);
                 }
-                // SAFETY: a compact CPU tensor made by TVM holds `length` bytes (its shape's
-                // byte size, checked to fit isize when wrapped) from data + byte_offset,
+                // SAFETY: a compact CPU tensor made by TVM holds `length` bytes from
+                // data + byte_offset: its shape's byte size as TVM's allocator computes it
+                // (`bytes_for`, sub-byte elements packed), checked to fit isize when wrapped,
                 // alive as long as the tensor object.
                 Ok(unsafe {
                     slice_or_empty(

@@ -580,3 +580,252 @@ fn one_generated_model_declared_alone_is_an_error_not_a_panic() {
         "`cargo relax` cannot compile or prepare this model (`cargo relax tune` runs the build script first",
     );
 }
+
+/// A package folder beside a folder of files outside it:
+/// `root/app/` (the package, as [`Package::new`]) and `root/outside/` (`m.onnx`,
+/// `w.safetensors`, `labels.txt`, `lib/`).
+struct Nested {
+    root: tempfile::TempDir,
+}
+
+impl Nested {
+    fn new() -> Nested {
+        let root = tempfile::tempdir().unwrap();
+        let app = root.path().join("app");
+        std::fs::create_dir_all(app.join("models")).unwrap();
+        std::fs::write(app.join("models/linear.py"), b"x").unwrap();
+        let outside = root.path().join("outside");
+        std::fs::create_dir_all(outside.join("lib")).unwrap();
+        for file in ["m.onnx", "w.safetensors", "labels.txt", "lib/layers.py"] {
+            std::fs::write(outside.join(file), b"x").unwrap();
+        }
+        Nested { root }
+    }
+
+    fn app(&self) -> PathBuf {
+        self.root.path().join("app")
+    }
+
+    fn outside(&self) -> PathBuf {
+        self.root.path().join("outside")
+    }
+
+    fn link(&self, name: &str, target: &Path) {
+        std::os::unix::fs::symlink(target, self.app().join(name)).unwrap();
+    }
+
+    fn parse(&self, text: &str) -> Result<Metadata> {
+        parse(text, &self.app(), &self.app().join("Cargo.toml"))
+    }
+
+    fn error(&self, text: &str) -> String {
+        match self.parse(text) {
+            Ok(metadata) => panic!("parsed, but must fail: {metadata:?}"),
+            Err(error) => error.to_string(),
+        }
+    }
+}
+
+const FIX_OUTSIDE: &str = "a manifest names files inside its package; move the file into the \
+     package, or name the folder holding it in `package.metadata.relax.allow_outside` \
+     (e.g. allow_outside = [\"../shared-models\"])";
+
+#[test]
+fn a_source_given_as_an_absolute_path_is_refused() {
+    let nested = Nested::new();
+    let source = nested.outside().join("m.onnx");
+    let message = nested.error(&format!(
+        "[package.metadata.relax.models.m]\nsource = {:?}\n",
+        source.display().to_string()
+    ));
+    assert_contains(
+        &message,
+        &format!(
+            "`package.metadata.relax.models.m.source`: `{}` is an absolute path, outside the \
+             package folder ({}): {FIX_OUTSIDE}",
+            source.display(),
+            resolved(&nested.app()).display()
+        ),
+    );
+}
+
+#[test]
+fn a_source_leaving_the_package_through_dot_dot_is_refused() {
+    let nested = Nested::new();
+    let message =
+        nested.error("[package.metadata.relax.models.m]\nsource = \"../outside/m.onnx\"\n");
+    assert_contains(
+        &message,
+        &format!(
+            "`package.metadata.relax.models.m.source`: `../outside/m.onnx` leaves the package \
+             folder through `..` (it is {}), outside the package folder",
+            resolved(&nested.outside().join("m.onnx")).display()
+        ),
+    );
+    assert_contains(&message, FIX_OUTSIDE);
+}
+
+#[test]
+fn a_file_given_as_an_absolute_path_is_refused() {
+    let message = Package::new().error(&format!(
+        "{LINEAR}[package.metadata.relax.models.linear.files]\nsecret = \"/etc/passwd\"\n"
+    ));
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.files.secret`: `/etc/passwd` is an absolute \
+         path, outside the package folder",
+    );
+    assert_contains(&message, FIX_OUTSIDE);
+}
+
+#[test]
+fn a_file_linked_to_outside_the_package_is_refused() {
+    let nested = Nested::new();
+    nested.link("models/labels.txt", &nested.outside().join("labels.txt"));
+    let message = nested.error(&format!(
+        "{LINEAR}[package.metadata.relax.models.linear.files]\nlabels = \"models/labels.txt\"\n"
+    ));
+    assert_contains(
+        &message,
+        &format!(
+            "`package.metadata.relax.models.linear.files.labels`: `models/labels.txt` resolves \
+             through a symbolic link to {}, outside the package folder",
+            resolved(&nested.outside().join("labels.txt")).display()
+        ),
+    );
+}
+
+#[test]
+fn weights_outside_the_package_are_refused() {
+    let nested = Nested::new();
+    let message = nested.error(&format!(
+        "{LINEAR}weights = \"models/../../outside/w.safetensors\"\n"
+    ));
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.weights`: `models/../../outside/w.safetensors` \
+         leaves the package folder through `..`",
+    );
+}
+
+#[test]
+fn including_the_file_system_root_is_refused() {
+    let message = Package::new().error(&format!("{LINEAR}include = [\"models\", \"/\"]\n"));
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.include[1]`: `/` is an absolute path, outside \
+         the package folder",
+    );
+}
+
+#[test]
+fn an_included_folder_linked_to_outside_the_package_is_refused() {
+    let nested = Nested::new();
+    nested.link("layers", &nested.outside().join("lib"));
+    let message = nested.error(&format!("{LINEAR}include = [\"layers\"]\n"));
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.include[0]`: `layers` resolves through a \
+         symbolic link to",
+    );
+}
+
+#[test]
+fn a_generated_source_leaving_out_dir_is_refused() {
+    let nested = Nested::new();
+    let out_dir = nested.root.path().join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let message = parse_with(
+        "[package.metadata.relax.models.m]\nsource = \"$OUT_DIR/../outside/m.onnx\"\n",
+        &nested.app(),
+        &nested.app().join("Cargo.toml"),
+        Some(&out_dir),
+    )
+    .unwrap_err()
+    .to_string();
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.m.source`: `$OUT_DIR/../outside/m.onnx` leaves \
+         `$OUT_DIR` through `..`",
+    );
+}
+
+#[test]
+fn paths_inside_the_package_may_use_dot_dot_and_links() {
+    let nested = Nested::new();
+    std::fs::write(nested.app().join("models/labels.txt"), b"x").unwrap();
+    nested.link("labels.txt", Path::new("models/labels.txt"));
+    let metadata = nested
+        .parse(&format!(
+            "{LINEAR}include = [\"models/../models\"]\n\
+             [package.metadata.relax.models.linear.files]\nlabels = \"labels.txt\"\n"
+        ))
+        .unwrap();
+    assert_eq!(metadata.models[0].files.len(), 1);
+}
+
+#[test]
+fn allow_outside_names_folders_a_manifest_may_read() {
+    let nested = Nested::new();
+    let metadata = nested
+        .parse(
+            "[package.metadata.relax]\nallow_outside = [\"../outside\"]\n\
+             [package.metadata.relax.models.m]\nsource = \"../outside/m.onnx\"\n\
+             include = [\"../outside/lib\"]\n",
+        )
+        .unwrap();
+    assert_eq!(
+        metadata.models[0].source,
+        nested.app().join("../outside/m.onnx")
+    );
+    // Only those folders: another one outside is still refused.
+    std::fs::write(nested.root.path().join("other.onnx"), b"x").unwrap();
+    let message = nested.error(
+        "[package.metadata.relax]\nallow_outside = [\"../outside\"]\n\
+         [package.metadata.relax.models.m]\nsource = \"../other.onnx\"\n",
+    );
+    assert_contains(
+        &message,
+        "`../other.onnx` leaves the package folder through `..`",
+    );
+}
+
+#[test]
+fn allow_outside_must_name_folders() {
+    let nested = Nested::new();
+    let message = nested.error("[package.metadata.relax]\nallow_outside = [\"../absent\"]\n");
+    assert_contains(
+        &message,
+        "`package.metadata.relax.allow_outside[0]`: `../absent` is not a folder (looked for",
+    );
+}
+
+#[test]
+fn allow_outside_cannot_name_the_file_system_root() {
+    let message = Package::new().error("[package.metadata.relax]\nallow_outside = [\"/\"]\n");
+    assert_contains(
+        &message,
+        "`package.metadata.relax.allow_outside[0]`: `/` is the file system's root: name the \
+         folder that holds the models' files",
+    );
+}
+
+#[test]
+fn an_entry_checked_alone_keeps_the_packages_allow_outside() {
+    let nested = Nested::new();
+    let entry = "source = \"../outside/m.onnx\"";
+    let message = Model::from_entry("m", &nested.app(), entry)
+        .unwrap_err()
+        .to_string();
+    assert_contains(
+        &message,
+        "`../outside/m.onnx` leaves the package folder through `..`",
+    );
+    std::fs::write(
+        nested.app().join("Cargo.toml"),
+        "[package]\nname = \"app\"\n[package.metadata.relax]\nallow_outside = [\"../outside\"]\n",
+    )
+    .unwrap();
+    let model = Model::from_entry("m", &nested.app(), entry).unwrap();
+    assert_eq!(model.source, nested.app().join("../outside/m.onnx"));
+}

@@ -9,23 +9,29 @@
 /// |---|---|
 /// | [`Model::scale`] | `scale(x: float32[2, 3]) -> float32[2, 3]` |
 /// | [`Model::split_sum`] | `split_sum(a: float32[n, 4], b: float32[n, 4]) -> (float32[n, 4], float32[n, 4])` |
-#[allow(dead_code, clippy::all, missing_docs)]
+#[allow(dead_code, unsafe_code, clippy::all, missing_docs)]
 pub mod pair {
     use ::relax_runtime::{Device, Result, Session, Tensor};
 
     /// The TVM target the model was compiled for, as TVM prints it (llvm, mtriple x86_64-unknown-linux-gnu).
     pub const TARGET: &str = "{\"kind\":\"llvm\",\"tag\":\"\",\"keys\":[\"cpu\"],\"mtriple\":\"x86_64-unknown-linux-gnu\"}";
 
-    static EMBEDDED: ::relax_runtime::__private::EmbeddedModel = ::relax_runtime::__private::EmbeddedModel {
-        name: "pair",
-        cargo_target: "x86_64-unknown-linux-gnu",
-        tvm_version: "0.27.0.post1",
-        runtime_hint: Some("build/pair-0123/out/relax/runtime"),
-        signature_json: "{\"functions\":[{\"inputs\":[{\"dtype\":\"float32\",\"name\":\"x\",\"shape\":[2,3]}],\"name\":\"scale\",\"outputs\":[{\"dtype\":\"float32\",\"shape\":[2,3]}],\"returns_tuple\":false,\"weights\":[]},{\"inputs\":[{\"dtype\":\"float32\",\"name\":\"a\",\"shape\":[\"n\",4]},{\"dtype\":\"float32\",\"name\":\"b\",\"shape\":[\"n\",4]}],\"name\":\"split_sum\",\"outputs\":[{\"dtype\":\"float32\",\"shape\":[\"n\",4]},{\"dtype\":\"float32\",\"shape\":[\"n\",4]}],\"returns_tuple\":true,\"weights\":[]}],\"model\":\"pair\",\"target\":\"{\\\"kind\\\":\\\"llvm\\\",\\\"tag\\\":\\\"\\\",\\\"keys\\\":[\\\"cpu\\\"],\\\"mtriple\\\":\\\"x86_64-unknown-linux-gnu\\\"}\",\"tvm_version\":\"0.27.0.post1\"}",
-        library: include_bytes!(concat!(env!("OUT_DIR"), "/relax/pair/library.so")),
-        library_sha256: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-        weights: None,
-    };
+    static EMBEDDED: ::relax_runtime::__private::EmbeddedModel =
+        // SAFETY: `library` is the library relax-build compiled for this model, this
+        // target and this signature, written to OUT_DIR by this crate's build script;
+        // `library_sha256` is its sha256 as recorded then, checked before it is loaded.
+        unsafe {
+            ::relax_runtime::__private::EmbeddedModel::new(::relax_runtime::__private::EmbeddedParts {
+                name: "pair",
+                cargo_target: "x86_64-unknown-linux-gnu",
+                tvm_version: "0.27.0.post1",
+                runtime_hint: Some("build/pair-0123/out/relax/runtime"),
+                signature_json: "{\"functions\":[{\"inputs\":[{\"dtype\":\"float32\",\"name\":\"x\",\"shape\":[2,3]}],\"name\":\"scale\",\"outputs\":[{\"dtype\":\"float32\",\"shape\":[2,3]}],\"returns_tuple\":false,\"weights\":[]},{\"inputs\":[{\"dtype\":\"float32\",\"name\":\"a\",\"shape\":[\"n\",4]},{\"dtype\":\"float32\",\"name\":\"b\",\"shape\":[\"n\",4]}],\"name\":\"split_sum\",\"outputs\":[{\"dtype\":\"float32\",\"shape\":[\"n\",4]},{\"dtype\":\"float32\",\"shape\":[\"n\",4]}],\"returns_tuple\":true,\"weights\":[]}],\"model\":\"pair\",\"target\":\"{\\\"kind\\\":\\\"llvm\\\",\\\"tag\\\":\\\"\\\",\\\"keys\\\":[\\\"cpu\\\"],\\\"mtriple\\\":\\\"x86_64-unknown-linux-gnu\\\"}\",\"tvm_version\":\"0.27.0.post1\"}",
+                library: include_bytes!(concat!(env!("OUT_DIR"), "/relax/pair/library.so")),
+                library_sha256: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                weights: None,
+            })
+        };
 
     /// The `pair` model, loaded with its weights and ready to call.
     ///
@@ -67,7 +73,7 @@ pub mod pair {
 
         /// `scale(x: float32[2, 3]) -> float32[2, 3]`
         ///
-        /// - `x`: float32[2, 3]
+        /// - `x`: `float32[2, 3]`
         ///
         /// # Errors
         ///
@@ -79,10 +85,10 @@ pub mod pair {
 
         /// `split_sum(a: float32[n, 4], b: float32[n, 4]) -> (float32[n, 4], float32[n, 4])`
         ///
-        /// - `a`: float32[n, 4]
-        /// - `b`: float32[n, 4]
+        /// - `a`: `float32[n, 4]`
+        /// - `b`: `float32[n, 4]`
         ///
-        /// Symbolic dims (n) take any size, the same wherever a name repeats.
+        /// Symbolic dims (`n`) take any size, the same wherever a name repeats.
         ///
         /// # Errors
         ///

@@ -87,3 +87,22 @@ fn tensors_are_read_from_many_threads_at_once() {
         }
     });
 }
+
+#[test]
+fn sub_byte_tensors_hold_their_packed_bytes() {
+    let int4 = DType {
+        code: crate::sys::DLDataTypeCode_kDLInt as u8,
+        bits: 4,
+        lanes: 1,
+    };
+    // Five int4 values are three bytes as TVM allocates them; one byte each would read
+    // two bytes past a buffer TVM made.
+    let tensor = Tensor::from_bytes(int4, &[5], &[0x21, 0x43, 0x05]).unwrap();
+    assert_eq!(tensor.num_elements(), 5);
+    assert_eq!(tensor.as_bytes().unwrap(), &[0x21, 0x43, 0x05]);
+    let error = Tensor::from_bytes(int4, &[5], &[0; 5]).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid tensor: shape [5] of int4 needs 3 bytes, but 5 were given"
+    );
+}
