@@ -126,7 +126,27 @@ def read_model(source_path):
     if not model.graph.node and not model.graph.output:
         raise DriverError("onnx_invalid", f"{source_path} is not an ONNX model (it has no graph)")
     optional_inputs_as_tensors(model)
+    negative_dims_named(model)
     return model
+
+
+def negative_dims_named(model):
+    """Gives each dim of the graph's inputs and outputs declared negative a name of its
+    own (a symbolic dim), in place.
+
+    Paddle's exporter (PP-OCR's models, for one) declares a dim it leaves free as -1,
+    which ONNX does not allow; TVM's importer takes the -1 as a size, and the shapes
+    computed from it are wrong (a classifier's `Reshape` to `[-1, 200]` then `Softmax`
+    failed in TVM's importer with "The type is not populated")."""
+    values = [*graph_inputs(model).values(), *model.graph.output]
+    for value in values:
+        tensor_type = value.type.tensor_type
+        if not tensor_type.HasField("shape"):
+            continue
+        for index, dim in enumerate(tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                dim.Clear()
+                dim.dim_param = f"{value.name}_dim{index}"
 
 
 def optional_inputs_as_tensors(model):

@@ -9,6 +9,7 @@ import unittest
 
 import numpy as np
 import onnx
+import tvm
 from onnx import TensorProto, helper, numpy_helper
 from onnx_ops_cases import run_driver, run_onnxruntime
 
@@ -83,6 +84,37 @@ class RecognizerConcat(unittest.TestCase):
         x = RNG.standard_normal((2, 16, 48, 20)).astype(np.float32)
         assert_close(self, self.model(), {"x": x})
 
+
+class NegativeDims(unittest.TestCase):
+    """Paddle's exporter declares a free dim as -1 (PP-OCR's text-angle classifier:
+    `x[-1, 3, ?, ?]`), which TVM's importer took as a size: its head, Reshape to
+    `[-1, 8]`, MatMul, Add, Softmax at opset 11, failed with "The type is not
+    populated"."""
+
+    def test_a_classifier_head_over_a_dim_declared_negative_matches_onnxruntime(self):
+        nodes = [
+            helper.make_node("GlobalAveragePool", ["x"], ["pooled"]),
+            helper.make_node("Reshape", ["pooled", "target"], ["flat"]),
+            helper.make_node("MatMul", ["flat", "w"], ["logits"]),
+            helper.make_node("Add", ["logits", "b"], ["biased"]),
+            helper.make_node("Softmax", ["biased"], ["y"], axis=1),
+        ]
+        initializers = {
+            "target": np.array([-1, 8], np.int64),
+            "w": RNG.standard_normal((8, 2)).astype(np.float32),
+            "b": RNG.standard_normal(2).astype(np.float32),
+        }
+        made = symbolic_model(nodes, {"x": (TensorProto.FLOAT, [-1, 8, None, None])}, ["y"], initializers, opset=11)
+        for batch in (1, 3):
+            with self.subTest(batch=batch):
+                assert_close(self, made, {"x": RNG.standard_normal((batch, 8, 5, 7)).astype(np.float32)})
+
+    def test_the_dim_becomes_symbolic_in_the_signature(self):
+        made = symbolic_model([helper.make_node("Relu", ["x"], ["y"])], {"x": (TensorProto.FLOAT, [-1, 4])}, ["y"], {})
+        ir_module, _, _ = imported(made)
+        dims = ir_module["main"].params[0].ty.shape.values
+        self.assertNotIsInstance(dims[0], tvm.tirx.IntImm)
+        self.assertEqual(int(dims[1]), 4)
 
 if __name__ == "__main__":
     unittest.main()
