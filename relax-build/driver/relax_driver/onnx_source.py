@@ -126,25 +126,33 @@ def read_model(source_path):
     if not model.graph.node and not model.graph.output:
         raise DriverError("onnx_invalid", f"{source_path} is not an ONNX model (it has no graph)")
     optional_inputs_as_tensors(model)
-    negative_dims_named(model)
+    unknown_dims_named(model)
     return model
 
 
-def negative_dims_named(model):
-    """Gives each dim of the graph's inputs and outputs declared negative a name of its
-    own (a symbolic dim), in place.
+# dim_param values exporters write for "unknown", not as a name two dims share.
+UNNAMED_DIMS = {"", "?", "-1", "None"}
+
+
+def unknown_dims_named(model):
+    """Gives each dim of the graph's inputs and outputs that is declared negative, or
+    unknown without a name, a name of its own (a symbolic dim of its own), in place.
 
     Paddle's exporter (PP-OCR's models, for one) declares a dim it leaves free as -1,
     which ONNX does not allow; TVM's importer takes the -1 as a size, and the shapes
     computed from it are wrong (a classifier's `Reshape` to `[-1, 200]` then `Softmax`
-    failed in TVM's importer with "The type is not populated")."""
+    failed in TVM's importer with "The type is not populated"). It also writes "?" for
+    each free dim, as onnxruntime reads it: not one name shared by the height and the
+    width of an image."""
     values = [*graph_inputs(model).values(), *model.graph.output]
     for value in values:
         tensor_type = value.type.tensor_type
         if not tensor_type.HasField("shape"):
             continue
         for index, dim in enumerate(tensor_type.shape.dim):
-            if dim.HasField("dim_value") and dim.dim_value < 0:
+            negative = dim.HasField("dim_value") and dim.dim_value < 0
+            unnamed = not dim.HasField("dim_value") and dim.dim_param.strip() in UNNAMED_DIMS
+            if negative or unnamed:
                 dim.Clear()
                 dim.dim_param = f"{value.name}_dim{index}"
 
@@ -253,10 +261,12 @@ def imported(model, request):
 
 
 def scalars_bound(ir_module, arrays):
-    """`main` with its one-value weights (a Clip's bounds, an epsilon) bound as constants,
-    and the values of the weights it still takes: a constant folds where a weight
-    cannot (a ReLU6 into a convolution's epilogue), and is no weight to load. `arrays`
-    are the values of `main`'s weight parameters, in order."""
+    """`main` with its one-value weights (a Clip's bounds, an epsilon) and its integer
+    and boolean ones (reshape targets, slice bounds, indices: what a graph computes
+    shapes and selections with, never a layer's weights) bound as constants, and the
+    values of the weights it still takes: a constant folds where a weight cannot (a
+    ReLU6 into a convolution's epilogue, a shape computation into static dims), and is
+    no weight to load. `arrays` are the values of `main`'s weight parameters, in order."""
     from tvm import relax
 
     function = ir_module["main"]
@@ -266,7 +276,9 @@ def scalars_bound(ir_module, arrays):
             "onnx_import",
             f"TVM's ONNX importer returned {len(arrays)} weights for {len(weight_vars)} weight parameters",
         )
-    scalars = {var: array for var, array in zip(weight_vars, arrays) if array.size == 1}
+    scalars = {
+        var: array for var, array in zip(weight_vars, arrays) if array.size == 1 or array.dtype.kind in "biu"
+    }
     if scalars:
         ir_module = relax.transform.BindParams("main", scalars)(ir_module)
     return ir_module, [array for var, array in zip(weight_vars, arrays) if var not in scalars]

@@ -116,5 +116,50 @@ class NegativeDims(unittest.TestCase):
         self.assertNotIsInstance(dims[0], tvm.tirx.IntImm)
         self.assertEqual(int(dims[1]), 4)
 
+    def test_dims_declared_as_question_marks_are_dims_of_their_own(self):
+        # Paddle writes "?" for each free dim: an image's height and width, not one dim
+        # (onnxruntime runs a 48x192 image).
+        made = symbolic_model(
+            [helper.make_node("Relu", ["x"], ["y"])], {"x": (TensorProto.FLOAT, [-1, 3, "?", "?"])}, ["y"], {}
+        )
+        ir_module, _, _ = imported(made)
+        height, width = ir_module["main"].params[0].ty.shape.values[2:]
+        self.assertFalse(height.same_as(width))
+        self.assertNotEqual(str(height), str(width))
+        assert_close(self, made, {"x": RNG.standard_normal((2, 3, 4, 6)).astype(np.float32)})
+
+class ShapesCastToInt32(unittest.TestCase):
+    """jax2tf (magika's export) casts `Shape` to int32, slices it, concatenates int32
+    constants and casts back to int64 for its `Reshape` and `Expand` targets: TVM made
+    the shape a tensor, whose values nothing after it knew ("Reshape expects the input
+    tensor to have known shape")."""
+
+    def model(self):
+        nodes = [
+            helper.make_node("Shape", ["x"], ["shape"]),
+            helper.make_node("Cast", ["shape"], ["shape32"], to=TensorProto.INT32),
+            helper.make_node("Slice", ["shape32", "zero", "one", "zero"], ["batch"]),
+            helper.make_node("Concat", ["batch", "tail"], ["target32"], axis=0),
+            helper.make_node("Cast", ["target32"], ["target"], to=TensorProto.INT64),
+            helper.make_node("Reshape", ["x", "target"], ["reshaped"]),
+            helper.make_node("Expand", ["reshaped", "target"], ["expanded"]),
+            helper.make_node("Reshape", ["expanded", "flat"], ["y"]),
+        ]
+        initializers = {
+            "zero": np.array([0], np.int32),
+            "one": np.array([1], np.int32),
+            "tail": np.array([4, 2], np.int32),
+            "flat": np.array([-1, 8], np.int64),
+        }
+        return symbolic_model(nodes, {"x": (TensorProto.FLOAT, ["batch", 8])}, ["y"], initializers)
+
+    def test_the_targets_stay_shapes_and_the_result_matches_onnxruntime(self):
+        ir_module, weights, _ = imported(self.model(), "external")
+        self.assertIsNone(weights or None, "integer initializers are constants, not weights")
+        self.assertIsNotNone(ir_module["main"].ret_ty.shape, "the result's dims are known")
+        for batch in (1, 3):
+            with self.subTest(batch=batch):
+                assert_close(self, self.model(), {"x": RNG.standard_normal((batch, 8)).astype(np.float32)})
+
 if __name__ == "__main__":
     unittest.main()

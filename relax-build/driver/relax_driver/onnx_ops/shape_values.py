@@ -8,7 +8,9 @@ dims symbolic:
   constants);
 - `Slice` of a shape, which TVM's converter refuses ("requires a statically known input
   rank") before it reaches its own code for shapes: a shape of known dims is sliced as a
-  shape, one known only at run time as an int64 tensor.
+  shape, one known only at run time as an int64 tensor;
+- `Cast` of a shape to int32 and back, and `Concat` of a shape with int32 constants,
+  which TVM's converters turn into tensors whose values are lost to what follows.
 
 A shape (`Shape` of a tensor with symbolic dims) meets a tensor that is no constant when
 the preparation step has made a `Constant` node an initializer and the weights are
@@ -125,4 +127,46 @@ class Reshape(onnx_frontend.Reshape):
         return relax.op.reshape(data, shape_of_tensor(bb, target, [f"reshape_dim_{i}" for i in range(length)]))
 
 
-CONVERTERS = {"Equal": Equal, "Reshape": Reshape, "Slice": Slice}
+# Integer types wide enough for any dim: a shape cast to one of them keeps its values.
+WIDE_INTEGERS = ("int32", "int64", "uint32", "uint64")
+
+
+class Cast(onnx_frontend.Cast):
+    """TVM's `Cast`, with a shape cast to a wide integer type kept a shape (TVM makes a
+    symbolic one an int64 tensor, whose values nothing after it knows: magika's export,
+    from jax2tf, casts `Shape` to int32 and back before its `Reshape` and `Expand`
+    targets, which then could not be resolved)."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        if is_shape(inputs[0]) and str(onnx_frontend.get_type(attr["to"])) in WIDE_INTEGERS:
+            return inputs[0]
+        return super()._impl_v13(bb, inputs, attr, params)
+
+
+class Concat(onnx_frontend.Concat):
+    """TVM's `Concat`, with a shape and integer constants of any wide type (not only
+    int64) concatenated into a shape (see `Cast`)."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        values = [onnx_frontend.get_constant(value, params) for value in inputs]
+        parts = []
+        for value in values:
+            if is_shape(value) and shape_literal(value) is not None:
+                parts.extend(shape_literal(value).values)
+            elif (
+                isinstance(value, GenericConst)
+                and value.ty.ndim == 1
+                and str(value.ty.dtype) in WIDE_INTEGERS
+            ):
+                parts.extend(int(number) for number in value.value.numpy())
+            else:
+                parts = None
+                break
+        if parts is not None and any(is_shape(value) for value in values):
+            return relax.ShapeExpr(parts)
+        return super()._impl_v13(bb, inputs, attr, params)
+
+
+CONVERTERS = {"Cast": Cast, "Concat": Concat, "Equal": Equal, "Reshape": Reshape, "Slice": Slice}
