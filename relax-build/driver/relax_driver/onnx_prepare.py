@@ -135,7 +135,8 @@ def fold_constants(model):
             folded_outputs.append(name)
     if len(kept) == len(graph.node):
         return 0
-    used = {name for node in kept for name in node.input} | {value.name for value in graph.output}
+    used = {name for node in kept for name in (*node.input, *subgraph_reads(node))}
+    used |= {value.name for value in graph.output}
     existing = {init.name for init in graph.initializer}
     for name in folded_outputs:
         if name in used and name not in existing:
@@ -144,6 +145,22 @@ def fold_constants(model):
     del graph.node[:]
     graph.node.extend(kept)
     return folded
+
+
+def subgraph_reads(node):
+    """The names the graphs of `node`'s attributes (an `If`'s branches, a `Loop`'s body)
+    read from the graph around them: a value folded there must stay, as an initializer
+    (a branch reading an outer `Constant` failed with a KeyError once the Constant was
+    folded away)."""
+    read = set()
+    for attribute in node.attribute:
+        graphs = [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
+        for graph in graphs:
+            defined = {value.name for value in graph.input} | {init.name for init in graph.initializer}
+            for inner in graph.node:
+                read.update(name for name in (*inner.input, *subgraph_reads(inner)) if name and name not in defined)
+                defined.update(inner.output)
+    return read
 
 
 def evaluate(node, known, opsets, helper, evaluator_class, unlimited=False):

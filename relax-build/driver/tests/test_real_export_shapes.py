@@ -161,5 +161,37 @@ class ShapesCastToInt32(unittest.TestCase):
             with self.subTest(batch=batch):
                 assert_close(self, self.model(), {"x": RNG.standard_normal((batch, 8)).astype(np.float32)})
 
+class OuterConstantInABranch(unittest.TestCase):
+    """Silero's VAD reads top-level `Constant`s inside its `If` branches: the preparation
+    step folded the Constants into values no node of the main graph read, dropped them,
+    and the import failed with `KeyError: '/Constant_output_0'`."""
+
+    def test_a_branch_reading_an_outer_constant_matches_onnxruntime(self):
+        then_branch = helper.make_graph(
+            [helper.make_node("Mul", ["x", "scale"], ["then_y"])],
+            "then",
+            [],
+            [helper.make_tensor_value_info("then_y", TensorProto.FLOAT, None)],
+        )
+        else_branch = helper.make_graph(
+            [helper.make_node("Add", ["x", "scale"], ["else_y"])],
+            "else",
+            [],
+            [helper.make_tensor_value_info("else_y", TensorProto.FLOAT, None)],
+        )
+        nodes = [
+            helper.make_node("Constant", [], ["scale"], value=numpy_helper.from_array(np.array(3.0, np.float32))),
+            helper.make_node("If", ["flag"], ["y"], then_branch=then_branch, else_branch=else_branch),
+        ]
+        made = symbolic_model(
+            nodes, {"x": (TensorProto.FLOAT, ["n"]), "flag": (TensorProto.BOOL, [])}, ["y"], {}
+        )
+        _, _, warnings = imported(made)
+        self.assertEqual(warnings, [], "the prepared graph imports (the step is not undone)")
+        x = RNG.standard_normal(5).astype(np.float32)
+        for flag in (True, False):
+            with self.subTest(flag=flag):
+                assert_close(self, made, {"x": x, "flag": np.array(flag)})
+
 if __name__ == "__main__":
     unittest.main()
