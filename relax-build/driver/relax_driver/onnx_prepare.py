@@ -36,7 +36,7 @@ def slim(model, warnings):
 
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            prepared = onnxslim.slim(copy.deepcopy(model))
+            prepared = onnxslim.slim(without_declared_shapes(model))
         if prepared is None:
             raise ValueError("it returned no model")
     except Exception as error:
@@ -47,6 +47,20 @@ def slim(model, warnings):
         return model
     keep_inputs(model, prepared)
     return prepared
+
+
+def without_declared_shapes(model):
+    """A copy of `model` whose outputs and intermediate values declare no shapes (their
+    types stay): onnxslim takes a declared shape as the truth and rewrites the graph to
+    fit it, but exporters declare wrong ones, which onnxruntime ignores (ddddocr's
+    recognizer declares `[1, seqlen]` for its `[seqlen, 1, 8210]` output, and onnxslim
+    turned the last Reshape's target into `[1, -1]`). Shapes are inferred again."""
+    copied = copy.deepcopy(model)
+    for output in copied.graph.output:
+        if output.type.HasField("tensor_type"):
+            output.type.tensor_type.ClearField("shape")
+    del copied.graph.value_info[:]
+    return copied
 
 
 def keep_inputs(original, prepared):

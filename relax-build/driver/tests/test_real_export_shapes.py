@@ -193,5 +193,41 @@ class OuterConstantInABranch(unittest.TestCase):
             with self.subTest(flag=flag):
                 assert_close(self, made, {"x": x, "flag": np.array(flag)})
 
+class WrongDeclaredOutputShape(unittest.TestCase):
+    """ddddocr's recognizer declares its `[seqlen, 1, 8210]` output as `[1, seqlen]`;
+    onnxslim trusted the declaration and rewrote the last Reshape's target (computed
+    from `Shape`) to `[1, -1]`: a wrong result, not an error."""
+
+    def test_the_computed_shape_wins_over_the_declared_one(self):
+        nodes = [
+            helper.make_node("Shape", ["x"], ["shape"]),
+            helper.make_node("Gather", ["shape", "zero"], ["steps"], axis=0),
+            helper.make_node("Gather", ["shape", "one"], ["batch"], axis=0),
+            helper.make_node("Unsqueeze", ["steps", "axes"], ["steps1"]),
+            helper.make_node("Unsqueeze", ["batch", "axes"], ["batch1"]),
+            helper.make_node("Reshape", ["x", "flat"], ["rows"]),
+            helper.make_node("MatMul", ["rows", "w"], ["projected"]),
+            helper.make_node("Concat", ["steps1", "batch1", "minus_one"], ["target"], axis=0),
+            helper.make_node("Reshape", ["projected", "target"], ["y"]),
+        ]
+        initializers = {
+            "zero": np.array(0, np.int64),
+            "one": np.array(1, np.int64),
+            "axes": np.array([0], np.int64),
+            "flat": np.array([-1, 4], np.int64),
+            "minus_one": np.array([-1], np.int64),
+            "w": RNG.standard_normal((4, 6)).astype(np.float32),
+        }
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seqlen", 1, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seqlen"])],
+            [numpy_helper.from_array(array, name) for name, array in initializers.items()],
+        )
+        made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        made.ir_version = 8
+        assert_close(self, made, {"x": RNG.standard_normal((5, 1, 4)).astype(np.float32)})
+
 if __name__ == "__main__":
     unittest.main()
