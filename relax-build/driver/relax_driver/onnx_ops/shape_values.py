@@ -139,8 +139,9 @@ class Cast(onnx_frontend.Cast):
 
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
-        if is_shape(inputs[0]) and str(onnx_frontend.get_type(attr["to"])) in WIDE_INTEGERS:
-            return inputs[0]
+        literal = shape_literal(inputs[0]) if is_shape(inputs[0]) else None
+        if literal is not None and str(onnx_frontend.get_type(attr["to"])) in WIDE_INTEGERS:
+            return literal
         return super()._impl_v13(bb, inputs, attr, params)
 
 
