@@ -126,13 +126,19 @@ pub fn start(
         .arg(peer)
         .args(limits.to_args())
         .stdin(Stdio::null());
-    // SAFETY: the closure runs in the forked child before exec and calls only fcntl,
-    // which is async-signal-safe, on a descriptor open in the parent (so in the child).
+    // SAFETY: the closure runs in the forked child before exec and calls only fcntl and
+    // prctl, which are async-signal-safe, on a descriptor open in the parent (so in the
+    // child) and on the child itself.
     unsafe {
         command.pre_exec(move || {
             // The client's socket is close-on-exec (as std opens every descriptor); in
             // this child alone, it is kept open through the exec.
             if libc::fcntl(descriptor, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // A session does not outlive the server (killed, say, by its supervisor):
+            // the thread that starts it waits for it, so it ends only after the child.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

@@ -27,18 +27,24 @@ const BYTES: i32 = 9;
 /// The server binary, running with its output collected; killed when dropped.
 pub struct Server {
     child: Child,
+    /// The server's work dir (unless the test gave one).
+    _work_dir: tempfile::TempDir,
     output: Arc<Mutex<String>>,
     pub address: String,
 }
 
 impl Server {
-    /// Starts `relax-rpc-server --port 0 ARGS` (with `env`, and without the test's own
-    /// RELAX_RPC_TOKEN) and waits until it listens.
+    /// Starts `relax-rpc-server --port 0 ARGS` (with `env`, without the test's own
+    /// RELAX_RPC_TOKEN, and in a work dir of its own unless ARGS give one) and waits
+    /// until it listens.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let work_dir = tempfile::tempdir().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_relax-rpc-server"));
+        command.args(["--port", "0"]).args(args);
+        if !args.contains(&"--work-dir") {
+            command.arg("--work-dir").arg(work_dir.path());
+        }
         command
-            .args(["--port", "0"])
-            .args(args)
             .env_remove("RELAX_RPC_TOKEN")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -60,6 +66,7 @@ impl Server {
         }
         let mut server = Server {
             child,
+            _work_dir: work_dir,
             output,
             address: String::new(),
         };
