@@ -60,13 +60,15 @@ impl Server {
         max_sessions: usize,
         work_dir: PathBuf,
         launcher: Launcher,
+        tracked: bool,
     ) -> Server {
         Server {
             state: Mutex::new(State {
                 handshakes: 0,
                 sessions: 0,
-                matchkey: Some(key.clone()),
-                tracked: false,
+                // With a tracker, no client is admitted before the first offer.
+                matchkey: (!tracked).then(|| key.clone()),
+                tracked,
                 taken: false,
             }),
             key,
@@ -280,7 +282,6 @@ impl Server {
         {
             let mut state = self.state();
             state.matchkey = Some(tracker.matchkey().to_string());
-            state.tracked = true;
             state.taken = false;
         }
         let mut taken_for = 0;

@@ -236,6 +236,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         cli.max_sessions,
         work_dir,
         launcher,
+        cli.tracker.is_some(),
     ));
     match &cli.tracker {
         None => {
