@@ -3,44 +3,39 @@
 //! connect from (`--allow`).
 //!
 //! The token comes from `--token-file PATH` (its first line) or, without that flag, from
-//! the environment variable [`TOKEN_VARIABLE`], which `cargo relax bench --rpc` and
+//! the environment variable `RELAX_RPC_TOKEN` (`env::TOKEN`), which `cargo relax bench --rpc` and
 //! `cargo relax tune --rpc` also read to present it. It authenticates; it does not
 //! encrypt: on a network others share, reach the server through an SSH tunnel.
 
 use std::net::IpAddr;
 use std::path::Path;
 
-/// The environment variable that holds the token (server and clients).
-pub const TOKEN_VARIABLE: &str = "RELAX_RPC_TOKEN";
+use crate::env;
+use crate::error::{Error, Result};
 
 /// A shared secret clients must present.
 pub struct Token(Vec<u8>);
 
 impl Token {
-    /// The token of `--token-file` (when given) or of [`TOKEN_VARIABLE`] (when set and
-    /// not empty); `None` when neither is.
-    pub fn load(file: Option<&Path>, variable: Option<String>) -> Result<Option<Token>, String> {
+    /// The token of `--token-file` (when given) or of the variable's `variable` value
+    /// (when set and not empty); `None` when neither is.
+    pub fn load(file: Option<&Path>, variable: Option<String>) -> Result<Option<Token>> {
         let (text, origin) = match (file, variable) {
             (Some(file), _) => (
-                std::fs::read_to_string(file).map_err(|error| {
-                    format!(
-                        "reading the token file {} (--token-file): {error}",
-                        file.display()
-                    )
+                std::fs::read_to_string(file).map_err(|source| Error::TokenFile {
+                    path: file.to_path_buf(),
+                    source,
                 })?,
                 format!("the token file {}", file.display()),
             ),
             (None, Some(value)) if !value.trim().is_empty() => {
-                (value, format!("the environment variable {TOKEN_VARIABLE}"))
+                (value, format!("the environment variable {}", env::TOKEN))
             }
             (None, _) => return Ok(None),
         };
         let token = text.lines().next().unwrap_or("").trim();
         if token.is_empty() || token.contains(char::is_whitespace) {
-            return Err(format!(
-                "{origin} holds no token: its first line must be the secret, without spaces \
-                 (make one with `head -c 24 /dev/urandom | base64 > FILE`)"
-            ));
+            return Err(Error::NoToken { origin });
         }
         Ok(Some(Token(token.as_bytes().to_vec())))
     }
@@ -66,11 +61,11 @@ pub struct AllowList(Vec<(IpAddr, u8)>);
 
 impl AllowList {
     /// Parses the `--allow` values.
-    pub fn parse(values: &[String]) -> Result<AllowList, String> {
+    pub fn parse(values: &[String]) -> Result<AllowList> {
         values
             .iter()
             .map(|value| parse_network(value))
-            .collect::<Result<_, _>>()
+            .collect::<Result<_>>()
             .map(AllowList)
     }
 
@@ -85,8 +80,11 @@ impl AllowList {
     }
 }
 
-fn parse_network(value: &str) -> Result<(IpAddr, u8), String> {
-    let fix = "expected an address or a network, e.g. --allow 192.168.1.20 or --allow 10.0.0.0/8";
+fn parse_network(value: &str) -> Result<(IpAddr, u8)> {
+    let invalid = |reason: String| Error::Allow {
+        value: value.to_string(),
+        reason,
+    };
     let (address, prefix) = match value.split_once('/') {
         Some((address, prefix)) => (address, Some(prefix)),
         None => (value, None),
@@ -94,7 +92,7 @@ fn parse_network(value: &str) -> Result<(IpAddr, u8), String> {
     let address: IpAddr = address
         .trim()
         .parse()
-        .map_err(|_| format!("--allow `{value}`: `{address}` is not an IP address; {fix}"))?;
+        .map_err(|_| invalid(format!("`{address}` is not an IP address")))?;
     let address = address.to_canonical();
     let bits = if address.is_ipv4() { 32 } else { 128 };
     let prefix = match prefix {
@@ -104,9 +102,7 @@ fn parse_network(value: &str) -> Result<(IpAddr, u8), String> {
             .parse::<u8>()
             .ok()
             .filter(|prefix| *prefix <= bits)
-            .ok_or_else(|| {
-                format!("--allow `{value}`: the prefix length must be 0 to {bits}; {fix}")
-            })?,
+            .ok_or_else(|| invalid(format!("the prefix length must be 0 to {bits}")))?,
     };
     Ok((address, prefix))
 }

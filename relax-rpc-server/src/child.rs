@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::error::Error;
 use crate::folders::SessionFolder;
 use crate::limits::Limits;
 use crate::session;
@@ -35,12 +36,8 @@ pub struct Launcher {
 
 impl Launcher {
     /// This program, run directly or through the emulator that runs it.
-    pub fn current() -> Result<Launcher, String> {
-        let executable = std::env::current_exe().map_err(|error| {
-            format!(
-                "finding this program's path, to run each session in a process of its own: {error}"
-            )
-        })?;
+    pub fn current() -> Result<Launcher, Error> {
+        let executable = std::env::current_exe().map_err(|source| Error::Executable { source })?;
         let host = std::fs::read_link("/proc/thread-self/exe").ok();
         let command_line = std::fs::read("/proc/thread-self/cmdline").ok();
         let arguments: Vec<OsString> = std::env::args_os().collect();

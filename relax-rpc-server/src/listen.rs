@@ -5,13 +5,14 @@
 //! the device, serves the client that takes the offer and offers it again.
 
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::access::{AllowList, Token};
 use crate::child::{self, Launcher};
+use crate::env;
 use crate::folders::SessionFolder;
 use crate::limits::{Limits, MAX_PENDING_HANDSHAKES};
 use crate::packet;
@@ -153,7 +154,8 @@ impl Server {
             None => {
                 eprintln!(
                     "relax-rpc-server: refused {peer}: a wrong or missing token (clients present \
-                     it with RELAX_RPC_TOKEN)"
+                     it with {})",
+                    env::TOKEN
                 );
                 let _ = protocol::refuse(&mut timed);
             }
@@ -358,7 +360,28 @@ fn describe(error: &io::Error) -> String {
     }
 }
 
-/// Whether `address` is reachable from this machine only.
-pub fn is_loopback(address: IpAddr) -> bool {
-    address.to_canonical().is_loopback()
+/// The warning printed at start when the server listens on `address`, which other
+/// machines can reach (none for a loopback address).
+pub fn exposure_warning(address: SocketAddr, token: bool) -> Option<String> {
+    if address.ip().to_canonical().is_loopback() {
+        return None;
+    }
+    Some(format!(
+        "listening on {address}, which other machines can reach: whoever reaches this port can \
+         upload a shared library and run it here as this user{}. Keep the default --host \
+         127.0.0.1 and reach it through an SSH tunnel (ssh -L {port}:127.0.0.1:{port} BOARD), \
+         or limit clients with --allow (docs/remote.md, Security).",
+        if token {
+            " if it presents the token".to_string()
+        } else {
+            format!(
+                ", and no token is required (--token-file, or {})",
+                env::TOKEN
+            )
+        },
+        port = address.port()
+    ))
 }
+
+#[cfg(test)]
+mod tests;

@@ -37,6 +37,8 @@ use clap::Parser;
 
 mod access;
 mod child;
+mod env;
+mod error;
 mod folders;
 mod limits;
 mod listen;
@@ -46,7 +48,8 @@ mod protocol;
 mod relay;
 mod session;
 
-use access::{AllowList, Token, TOKEN_VARIABLE};
+use access::{AllowList, Token};
+use error::{Error, Result};
 use limits::Limits;
 use listen::Server;
 use protocol::Tracker;
@@ -157,7 +160,7 @@ fn limits(cli: &Cli) -> Limits {
 /// The session's child process.
 fn serve_session(cli: &Cli, descriptor: i32) -> u8 {
     let (Some(folder), Some(lock)) = (&cli.session_folder, &cli.session_lock) else {
-        eprintln!("relax-rpc-server: --serve-session-fd is internal: it needs --session-folder and --session-lock");
+        eprintln!("relax-rpc-server: error: {}", Error::SessionFlags);
         return session::FAILED;
     };
     session::serve(&session::SessionArgs {
@@ -169,28 +172,25 @@ fn serve_session(cli: &Cli, descriptor: i32) -> u8 {
     })
 }
 
-fn run(cli: &Cli) -> Result<(), String> {
+fn run(cli: &Cli) -> Result<()> {
     if cli.key.contains(':') || cli.key.contains(char::is_whitespace) {
-        return Err(format!(
-            "--key `{}` may not contain `:` or spaces (TVM's tracker splits keys on them)",
-            cli.key
-        ));
+        return Err(Error::InvalidKey {
+            key: cli.key.clone(),
+        });
     }
     if cli.tracker.is_some() && cli.key.is_empty() {
-        return Err("--tracker needs --key: the name clients ask the tracker for".to_string());
+        return Err(Error::TrackerNeedsKey);
     }
     if cli.max_sessions == 0 {
-        return Err("--max-sessions must be at least 1".to_string());
+        return Err(Error::NotPositive {
+            flag: "--max-sessions",
+        });
     }
-    let token = Token::load(
-        cli.token_file.as_deref(),
-        std::env::var(TOKEN_VARIABLE).ok(),
-    )?;
+    let token = Token::load(cli.token_file.as_deref(), env::var(env::TOKEN))?;
     let allow = AllowList::parse(&cli.allow)?;
     // Loaded here too, so that a missing runtime is reported at start; this process
     // never runs a client's code (each session's process does).
-    relax_runtime::rpc::prepare_server()
-        .map_err(|error| format!("loading TVM's runtime: {error}"))?;
+    relax_runtime::rpc::prepare_server().map_err(|source| Error::Runtime { source })?;
     let launcher = child::Launcher::current()?;
     let work_dir = cli.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     match folders::sweep(&work_dir) {
@@ -206,26 +206,24 @@ fn run(cli: &Cli) -> Result<(), String> {
         ),
     }
     let listener =
-        TcpListener::bind((cli.host.as_str(), cli.port)).map_err(|error| match error.kind() {
-            io::ErrorKind::AddrInUse => format!(
-                "port {} on {} is in use (another server?): choose another with --port",
-                cli.port, cli.host
-            ),
-            _ => format!("listening on {}:{}: {error}", cli.host, cli.port),
+        TcpListener::bind((cli.host.as_str(), cli.port)).map_err(|source| match source.kind() {
+            io::ErrorKind::AddrInUse => Error::PortInUse {
+                host: cli.host.clone(),
+                port: cli.port,
+            },
+            _ => Error::Listen {
+                host: cli.host.clone(),
+                port: cli.port,
+                source,
+            },
         })?;
-    let address = listener.local_addr().map_err(|error| error.to_string())?;
-    if !listen::is_loopback(address.ip()) {
-        eprintln!(
-            "relax-rpc-server: warning: listening on {address}, which other machines can reach: \
-             whoever reaches this port can upload a shared library and run it here as this user{}. \
-             Keep the default --host 127.0.0.1 and reach it through an SSH tunnel \
-             (ssh -L 9090:127.0.0.1:9090 BOARD), or limit clients with --allow (see docs/remote.md, Security).",
-            if token.is_some() {
-                " if it has the token"
-            } else {
-                ", and no token is required (--token-file, or RELAX_RPC_TOKEN)"
-            }
-        );
+    let address = listener.local_addr().map_err(|source| Error::Listen {
+        host: cli.host.clone(),
+        port: cli.port,
+        source,
+    })?;
+    if let Some(warning) = listen::exposure_warning(address, token.is_some()) {
+        eprintln!("relax-rpc-server: warning: {warning}");
     }
     let server = Arc::new(Server::new(
         cli.key.clone(),
@@ -248,8 +246,15 @@ fn run(cli: &Cli) -> Result<(), String> {
             Ok(())
         }
         Some(tracker_address) => {
-            let tracker = Tracker::connect(tracker_address, &cli.key, address.port(), cli.custom_addr.as_deref()).map_err(|error| {
-                format!("cannot reach the tracker at {tracker_address}: {error} (start one with `cargo relax tracker`)")
+            let tracker = Tracker::connect(
+                tracker_address,
+                &cli.key,
+                address.port(),
+                cli.custom_addr.as_deref(),
+            )
+            .map_err(|source| Error::Tracker {
+                address: tracker_address.clone(),
+                source,
             })?;
             eprintln!(
                 "relax-rpc-server: listening on {address}, registered with the tracker at {tracker_address} as `{}`",
@@ -272,7 +277,7 @@ fn serve_tracked(
     address: &str,
     cli: &Cli,
     port: u16,
-) -> Result<(), String> {
+) -> Result<()> {
     loop {
         if let Err(error) = server.offer_and_serve(&mut tracker) {
             eprintln!("relax-rpc-server: lost the tracker at {address} ({error}); reconnecting");

@@ -11,6 +11,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+use crate::error::{Error, Result};
 use crate::folders;
 use crate::limits::Limits;
 use crate::measure;
@@ -45,27 +46,26 @@ pub fn serve(args: &SessionArgs<'_>) -> u8 {
     let client = TcpStream::from(unsafe { OwnedFd::from_raw_fd(args.descriptor) });
     match serve_client(client, args) {
         Ok(ending) => report(&ending, args),
-        Err(message) => {
-            eprintln!("relax-rpc-server: {}: {message}", args.peer);
+        Err(error) => {
+            eprintln!("relax-rpc-server: {}: {error}", args.peer);
             FAILED
         }
     }
 }
 
-fn serve_client(client: TcpStream, args: &SessionArgs<'_>) -> Result<Ending, String> {
-    let _live = folders::hold(args.lock).map_err(|error| {
-        format!(
-            "locking the session folder's lock file {}: {error}",
-            args.lock.display()
-        )
+fn serve_client(client: TcpStream, args: &SessionArgs<'_>) -> Result<Ending> {
+    let _live = folders::hold(args.lock).map_err(|source| Error::Session {
+        what: "locking the session folder's lock file",
+        source,
     })?;
-    relax_runtime::rpc::prepare_server()
-        .map_err(|error| format!("loading TVM's runtime: {error}"))?;
+    relax_runtime::rpc::prepare_server().map_err(|source| Error::Runtime { source })?;
     measure::set_max_repeat(args.limits.max_repeat);
     relax_runtime::rpc::register_command(measure::COMMAND, measure::time_model)
-        .map_err(|error| error.to_string())?;
-    let (tvm_end, relay_end) =
-        UnixStream::pair().map_err(|error| format!("making a socket pair: {error}"))?;
+        .map_err(|source| Error::Runtime { source })?;
+    let (tvm_end, relay_end) = UnixStream::pair().map_err(|source| Error::Session {
+        what: "making the socket pair to TVM's server loop",
+        source,
+    })?;
     let folder = args.folder.to_path_buf();
     let peer = args.peer.to_string();
     std::thread::spawn(move || {
