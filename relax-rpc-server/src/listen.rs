@@ -280,12 +280,12 @@ impl Server {
     /// be served, and returns (to be called again); an offer taken by a client that
     /// never comes is replaced after a few seconds, as TVM's server does.
     pub fn offer_and_serve(&self, tracker: &mut Tracker) -> io::Result<()> {
-        tracker.offer()?;
         {
             let mut state = self.state();
-            state.matchkey = Some(tracker.matchkey().to_string());
+            state.matchkey = Some(tracker.next_matchkey().to_string());
             state.taken = false;
         }
+        tracker.offer()?;
         let mut taken_for = 0;
         loop {
             let state = self.state();

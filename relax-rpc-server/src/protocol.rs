@@ -169,13 +169,10 @@ impl Tracker {
         Ok(tracker)
     }
 
-    /// The matchkey of the current offer (a client taking it sends `client:<matchkey>`).
-    pub fn matchkey(&self) -> &str {
-        &self.matchkey
-    }
-
-    /// Offers this device to the next client asking for its key, under a new matchkey.
-    pub fn offer(&mut self) -> io::Result<()> {
+    /// Makes the matchkey of the next offer ([`Tracker::offer`] sends it): the server
+    /// expects it before the tracker can hand it to a client, who sends
+    /// `client:<matchkey>`.
+    pub fn next_matchkey(&mut self) -> &str {
         self.offers += 1;
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -187,6 +184,12 @@ impl Tracker {
             std::process::id(),
             self.offers
         );
+        &self.matchkey
+    }
+
+    /// Offers this device to the next client asking for its key, under the matchkey
+    /// [`Tracker::next_matchkey`] made.
+    pub fn offer(&mut self) -> io::Result<()> {
         let put = json!([PUT, self.key, [self.port, self.matchkey], self.custom_host]);
         self.expect_success(&put)
     }

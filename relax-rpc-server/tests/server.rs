@@ -2,8 +2,10 @@
 //! 127.0.0.1: where it listens, clients that stall, messages and counts over the
 //! limits, a module that crashes its session, the token, and a full house.
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -254,5 +256,89 @@ fn a_client_beyond_max_sessions_is_told_the_server_is_busy() {
         "{message}"
     );
     let answer = first.call_global("runtime.NumThreads", &[]).unwrap();
+    assert!(matches!(answer, Answer::Return(..)), "{answer:?}");
+}
+
+/// A stand-in for TVM's tracker: it accepts the server's registration, answers its
+/// messages as TVM's tracker does, and records each offer's matchkey (every offer stays
+/// pending until it is replaced).
+fn stand_in_tracker() -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let offers = Arc::new(Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&offers);
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        let mut word = [0u8; 4];
+        stream.read_exact(&mut word).unwrap();
+        stream.write_all(&word).unwrap();
+        while stream.read_exact(&mut word).is_ok() {
+            let mut message = vec![0u8; i32::from_le_bytes(word) as usize];
+            stream.read_exact(&mut message).unwrap();
+            let message: serde_json::Value = serde_json::from_slice(&message).unwrap();
+            let answer = match message[0].as_i64() {
+                // PUT [key, [port, matchkey], host]
+                Some(3) => {
+                    let matchkey = message[2][1].as_str().unwrap().to_string();
+                    recorded.lock().unwrap().push(matchkey);
+                    serde_json::json!(0)
+                }
+                // GET_PENDING_MATCHKEYS
+                Some(7) => serde_json::json!(recorded.lock().unwrap().last()),
+                _ => serde_json::json!(0),
+            };
+            let answer = answer.to_string();
+            stream
+                .write_all(&(answer.len() as i32).to_le_bytes())
+                .unwrap();
+            stream.write_all(answer.as_bytes()).unwrap();
+        }
+    });
+    (address, offers)
+}
+
+/// Waits until the stand-in tracker has `count` offers and returns the last.
+fn offer(offers: &Mutex<Vec<String>>, count: usize) -> String {
+    let started = Instant::now();
+    loop {
+        if let Some(matchkey) = offers.lock().unwrap().get(count - 1) {
+            return matchkey.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no offer {count}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn with_a_tracker_each_offer_serves_one_client_and_is_renewed_after_its_session() {
+    let (tracker, offers) = stand_in_tracker();
+    let server = Server::start(&["--tracker", &tracker, "--key", "board"], &[]);
+    assert!(
+        server.output().contains(&format!(
+            "registered with the tracker at {tracker} as `board`"
+        )),
+        "{}",
+        server.output()
+    );
+    let first = offer(&offers, 1);
+    assert!(first.starts_with("board:"), "{first}");
+    let mut client = server.session(&format!("client:{first}"));
+    // The offer is taken: a second client with its matchkey is refused.
+    let mut late = server.connect(10);
+    assert_eq!(hello(&mut late, &format!("client:{first}")), RPC_MISMATCH);
+    let answer = client.call_global("runtime.NumThreads", &[]).unwrap();
+    assert!(matches!(answer, Answer::Return(..)), "{answer:?}");
+    drop(client);
+    // Offered again once the session ended, under a new matchkey.
+    let second = offer(&offers, 2);
+    assert_ne!(second, first);
+    let mut next = server.session(&format!("client:{second}"));
+    let answer = next.call_global("runtime.NumThreads", &[]).unwrap();
     assert!(matches!(answer, Answer::Return(..)), "{answer:?}");
 }
