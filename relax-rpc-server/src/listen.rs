@@ -46,6 +46,7 @@ struct State {
 /// What a client's handshake earned it.
 enum Admission {
     Session,
+    WrongToken,
     WrongKey(String),
     Busy,
 }
@@ -133,7 +134,7 @@ impl Server {
         };
         let hello = protocol::read_hello(&mut timed);
         let admission = match &hello {
-            Ok(Some(hello)) => self.admit(hello),
+            Ok(Some(hello)) => Some(self.admit(hello)),
             _ => None,
         };
         self.state().handshakes -= 1;
@@ -150,8 +151,11 @@ impl Server {
                 return;
             }
         };
+        let Some(admission) = admission else {
+            return;
+        };
         match admission {
-            None => {
+            Admission::WrongToken => {
                 eprintln!(
                     "relax-rpc-server: refused {peer}: a wrong or missing token (clients present \
                      it with {})",
@@ -159,21 +163,21 @@ impl Server {
                 );
                 let _ = protocol::refuse(&mut timed);
             }
-            Some(Admission::WrongKey(expected)) => {
+            Admission::WrongKey(expected) => {
                 eprintln!(
                     "relax-rpc-server: refused {peer}: it asked for `{}`, expected `{expected}`",
                     hello.key
                 );
                 let _ = protocol::refuse(&mut timed);
             }
-            Some(Admission::Busy) => {
+            Admission::Busy => {
                 eprintln!(
                     "relax-rpc-server: refused {peer}: {} sessions are being served (--max-sessions)",
                     self.max_sessions
                 );
                 self.tell_busy(&mut timed);
             }
-            Some(Admission::Session) => {
+            Admission::Session => {
                 self.serve(&stream, &mut timed, peer, &hello);
                 let mut state = self.state();
                 state.sessions -= 1;
@@ -183,11 +187,10 @@ impl Server {
     }
 
     /// Decides a client's fate; a session's slot is taken for it when it gets one.
-    /// `None`: a wrong or missing token.
-    fn admit(&self, hello: &Hello) -> Option<Admission> {
+    fn admit(&self, hello: &Hello) -> Admission {
         if let Some(token) = &self.token {
             if !token.accepts(hello.token.as_deref()) {
-                return None;
+                return Admission::WrongToken;
             }
         }
         let mut state = self.state();
@@ -200,16 +203,16 @@ impl Server {
                 Some(matchkey) if !state.taken => format!("client:{matchkey}"),
                 _ => "the matchkey of the tracker's next offer".to_string(),
             };
-            return Some(Admission::WrongKey(expected));
+            return Admission::WrongKey(expected);
         }
         if state.sessions >= self.max_sessions {
-            return Some(Admission::Busy);
+            return Admission::Busy;
         }
         state.sessions += 1;
         if state.tracked {
             state.taken = true;
         }
-        Some(Admission::Session)
+        Admission::Session
     }
 
     /// Serves an admitted client's session in a child process, and cleans up after it.

@@ -5,7 +5,8 @@
 //! The request is JSON: `{"library": "m.so", "signature": "m.json", "weights": null or
 //! "m.safetensors", "dims": {"batch": 8, ...} (other symbolic dims are 1), "warmup": 2, "repeat": 10}` (file names
 //! in the session's folder, as uploaded). The answer is JSON: `{"model", "target",
-//! "functions": [{"name", "inputs": [[dims]...], "runs_us": [...]}]}`.
+//! "functions": [{"name", "inputs": [[dims]...], "runs_us": [...]}]}`. A `repeat` or
+//! `warmup` over the server's `--max-repeat` is refused before anything is loaded.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
