@@ -70,15 +70,19 @@ impl SessionFolder {
 
 impl Drop for SessionFolder {
     fn drop(&mut self) {
-        if let Err(error) = fs::remove_dir_all(&self.path) {
-            if error.kind() != io::ErrorKind::NotFound {
+        match fs::remove_dir_all(&self.path) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => {
+                // The lock file stays: the next server's sweep removes the folder.
                 eprintln!(
-                    "relax-rpc-server: removing the session folder {}: {error}",
+                    "relax-rpc-server: removing the session folder {}: {error} (the next start \
+                     of the server sweeps it)",
                     self.path.display()
                 );
             }
+            _ => {
+                let _ = fs::remove_file(&self.lock_path);
+            }
         }
-        let _ = fs::remove_file(&self.lock_path);
     }
 }
 

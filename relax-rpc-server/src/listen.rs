@@ -128,9 +128,10 @@ impl Server {
 
     /// Answers one connection's handshake and serves its session.
     fn answer(&self, stream: TcpStream, peer: &str) {
+        let deadline = Instant::now() + self.handshake_timeout;
         let mut timed = Timed {
             stream: &stream,
-            deadline: Instant::now() + self.handshake_timeout,
+            deadline,
         };
         let hello = protocol::read_hello(&mut timed);
         let admission = match &hello {
@@ -178,7 +179,7 @@ impl Server {
                 self.tell_busy(&mut timed);
             }
             Admission::Session => {
-                self.serve(&stream, &mut timed, peer, &hello);
+                self.serve(stream, deadline, peer, &hello);
                 let mut state = self.state();
                 state.sessions -= 1;
                 self.changed.notify_all();
@@ -216,7 +217,11 @@ impl Server {
     }
 
     /// Serves an admitted client's session in a child process, and cleans up after it.
-    fn serve(&self, stream: &TcpStream, timed: &mut Timed<'_>, peer: &str, hello: &Hello) {
+    fn serve(&self, stream: TcpStream, deadline: Instant, peer: &str, hello: &Hello) {
+        let mut timed = Timed {
+            stream: &stream,
+            deadline,
+        };
         let folder = match SessionFolder::create(&self.work_dir) {
             Ok(folder) => folder,
             Err(error) => {
@@ -225,11 +230,11 @@ impl Server {
                      (choose another folder with --work-dir)",
                     self.work_dir.display()
                 );
-                let _ = protocol::refuse(timed);
+                let _ = protocol::refuse(&mut timed);
                 return;
             }
         };
-        if let Err(error) = protocol::accept(timed, &self.key) {
+        if let Err(error) = protocol::accept(&mut timed, &self.key) {
             eprintln!("relax-rpc-server: handshake with {peer} failed: {error}");
             return;
         }
@@ -237,7 +242,7 @@ impl Server {
         let _ = stream.set_write_timeout(None);
         eprintln!("relax-rpc-server: session with {peer}");
         let limits = self.limits.with_client_timeout(hello.timeout);
-        let process = match child::start(&self.launcher, stream, &folder, peer, &limits) {
+        let process = match child::start(&self.launcher, &stream, &folder, peer, &limits) {
             Ok(process) => process,
             Err(error) => {
                 eprintln!(
@@ -246,6 +251,8 @@ impl Server {
                 return;
             }
         };
+        // The connection is the child's now: the client sees it end when the child does.
+        drop(stream);
         match process.wait() {
             Ok(elapsed) => {
                 eprintln!("relax-rpc-server: session with {peer} ended after {elapsed:.1?}")
