@@ -151,7 +151,9 @@ enum Command_ {
     /// Run TVM's RPC tracker (from the managed toolchain) and print the devices that
     /// register with it, until interrupted.
     Tracker {
-        /// The address to listen on.
+        /// The address to listen on. Anything but loopback lets whoever reaches it
+        /// register a device under your key (and be sent your models) or ask for your
+        /// boards: prefer SSH tunnels (docs/remote.md, Security).
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
         /// The port to listen on.

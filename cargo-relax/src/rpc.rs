@@ -72,6 +72,14 @@ pub fn parse_dims(flags: &[String]) -> Result<BTreeMap<String, i64>, String> {
 
 /// `cargo relax tracker`: runs TVM's tracker in the foreground until interrupted.
 pub fn tracker(host: &str, port: u16) -> Result<ExitCode, String> {
+    if !is_loopback(host) {
+        eprintln!(
+            "cargo relax tracker: warning: listening on {host}, which other machines can reach: \
+             the tracker has no token, so whoever reaches it can register a device under your \
+             key (and be sent your models) or ask for your boards; keep the default 127.0.0.1 \
+             and reach it through SSH tunnels (docs/remote.md, Security)"
+        );
+    }
     let config = Config::new().cargo_directives(false);
     let toolchain = tooling::toolchain(&config)
         .and_then(|toolchain| toolchain.with_tornado(tooling::Cargo::TOOL))
@@ -86,6 +94,14 @@ pub fn tracker(host: &str, port: u16) -> Result<ExitCode, String> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Whether `host` (an address or a name) is this machine's loopback only.
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.to_canonical().is_loopback())
 }
 
 /// What `cargo relax bench --rpc` measures.

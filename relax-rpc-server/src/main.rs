@@ -7,37 +7,69 @@
 //! libraries (`cargo relax bundle -p relax-rpc-server --target T`) to the board.
 //!
 //! ```text
-//! relax-rpc-server --tracker 192.168.1.10:9190 --key rk3588   # register with a tracker
-//! relax-rpc-server --port 9090                                # or listen for clients directly
+//! relax-rpc-server --port 9090                                # clients on this machine (or through ssh -L)
+//! relax-rpc-server --host 0.0.0.0 --token-file ~/.relax-rpc-token --tracker 192.168.1.10:9190 --key rk3588
 //! ```
 //!
-//! Sessions are served one at a time, each in a fresh folder that is deleted after it.
-//! Besides TVM's functions, a client may call `relax_rpc.time_model` (see `measure.rs`),
-//! which `cargo relax bench --rpc` uses.
+//! A client uploads native code and the server runs it: the server listens on loopback
+//! unless `--host` says otherwise (and then warns), can require a token, and serves each
+//! session in a child process of its own (`session.rs`), within limits (`limits.rs`)
+//! that a relay between the client and TVM's server loop enforces (`relay.rs`); a
+//! session that crashes ends alone. Each session's folder is deleted after it
+//! (`folders.rs`). Besides TVM's functions, a client may call `relax_rpc.time_model`
+//! (see `measure.rs`), which `cargo relax bench --rpc` uses. docs/remote.md has the
+//! workflow and its security.
+//!
+//! Modules: `listen.rs` (accepting, handshakes, the tracker's offers), `protocol.rs`
+//! (TVM's handshakes and tracker messages), `access.rs` (token, `--allow`), `child.rs`
+//! (starting and watching a session's process), `session.rs` and `relay.rs` (the
+//! session's process), `packet.rs` (TVM's message framing), `folders.rs`, `limits.rs`,
+//! `measure.rs`.
 
 use std::io;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 
+mod access;
+mod child;
+mod env;
+mod error;
+mod folders;
+mod limits;
+mod listen;
 mod measure;
+mod packet;
 mod protocol;
+mod relay;
+mod session;
 
-use protocol::{answer_client, Client, Tracker};
+use access::{AllowList, Token};
+use error::{Error, Result};
+use limits::Limits;
+use listen::Server;
+use protocol::Tracker;
 
 #[derive(Parser)]
 #[command(
     name = "relax-rpc-server",
-    about = "Serve TVM's RPC protocol with relax-runtime's kernels, so models compiled by relax-build run, are timed and are tuned on this device."
+    about = "Serve TVM's RPC protocol with relax-runtime's kernels, so models compiled by relax-build run, are timed and are tuned on this device.",
+    after_help = "SECURITY: clients upload shared libraries and this server runs them, as this user. \
+It listens on 127.0.0.1 by default; with another --host, anyone who reaches the port runs code \
+here unless a token is required (--token-file, or RELAX_RPC_TOKEN) and --allow limits who may \
+connect. On a network others share, prefer the default and an SSH tunnel (ssh -L / ssh -R); \
+see docs/remote.md, \"Security\"."
 )]
 struct Cli {
-    /// The address to listen on.
-    #[arg(long, default_value = "0.0.0.0")]
+    /// The address to listen on. Anything but a loopback address lets other machines
+    /// upload code that this server runs: require a token then (--token-file).
+    #[arg(long, default_value = "127.0.0.1")]
     host: String,
-    /// The port to listen on.
+    /// The port to listen on (0: any free port, printed at start).
     #[arg(long, default_value_t = 9090)]
     port: u16,
     /// Register with the tracker at HOST:PORT (else clients connect directly).
@@ -53,10 +85,58 @@ struct Cli {
     /// Where each session's folder is made (default: the system's temporary folder).
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
+    /// A file whose first line is a secret clients must present (they set RELAX_RPC_TOKEN
+    /// to it). Without this flag, the server's own RELAX_RPC_TOKEN, when set, is required.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// Accept clients from this address or network only (e.g. 192.168.1.20, 10.0.0.0/8);
+    /// repeat it for more. Default: any address that reaches the port.
+    #[arg(long, value_name = "ADDRESS[/PREFIX]")]
+    allow: Vec<String>,
+    /// Sessions served at once, each in a process of its own; a client beyond them is
+    /// told the server is busy.
+    #[arg(long, value_name = "N", default_value_t = limits::DEFAULT_MAX_SESSIONS)]
+    max_sessions: usize,
+    /// The largest message a client may send (an upload, a call's arguments), in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = limits::DEFAULT_MAX_MESSAGE_MIB)]
+    max_message_mib: u64,
+    /// The largest `repeat` (and `warmup`) `relax_rpc.time_model` accepts.
+    #[arg(long, value_name = "N", default_value_t = limits::DEFAULT_MAX_REPEAT)]
+    max_repeat: usize,
+    /// A session whose client sends nothing for this long while the server waits for it
+    /// ends (a call that runs long is not idleness), in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = limits::DEFAULT_IDLE_SECONDS)]
+    idle_timeout: u64,
+    /// A session ends after this long, in seconds (or the client's own session timeout,
+    /// when shorter).
+    #[arg(long, value_name = "SECONDS", default_value_t = limits::DEFAULT_MAX_SESSION_SECONDS)]
+    max_session: u64,
+    /// A client must finish its handshake within this long, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = limits::DEFAULT_HANDSHAKE_SECONDS)]
+    handshake_timeout: u64,
+
+    // The session's child process (see child.rs): not for users.
+    #[arg(long, hide = true)]
+    serve_session_fd: Option<i32>,
+    #[arg(long, hide = true)]
+    session_folder: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    session_lock: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    session_peer: Option<String>,
+    #[arg(long, hide = true)]
+    max_message_bytes: Option<u64>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(descriptor) = cli.serve_session_fd {
+        let code = serve_session(&cli, descriptor);
+        // SAFETY: _exit ends the process at once; nothing of this process is needed
+        // after the session (the parent reaps it). It skips static destructors, which
+        // would run under TVM's server loop still inside them on another thread.
+        unsafe { libc::_exit(i32::from(code)) }
+    }
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -66,137 +146,140 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: &Cli) -> Result<(), String> {
+fn limits(cli: &Cli) -> Limits {
+    Limits {
+        max_message_bytes: cli
+            .max_message_bytes
+            .unwrap_or_else(|| limits::mib_to_bytes(cli.max_message_mib)),
+        max_repeat: cli.max_repeat,
+        idle_timeout: Duration::from_secs(cli.idle_timeout.max(1)),
+        max_session: Duration::from_secs(cli.max_session.max(1)),
+    }
+}
+
+/// The session's child process.
+fn serve_session(cli: &Cli, descriptor: i32) -> u8 {
+    let (Some(folder), Some(lock)) = (&cli.session_folder, &cli.session_lock) else {
+        eprintln!("relax-rpc-server: error: {}", Error::SessionFlags);
+        return session::FAILED;
+    };
+    session::serve(&session::SessionArgs {
+        descriptor,
+        folder,
+        lock,
+        peer: cli.session_peer.as_deref().unwrap_or("the client"),
+        limits: limits(cli),
+    })
+}
+
+fn run(cli: &Cli) -> Result<()> {
     if cli.key.contains(':') || cli.key.contains(char::is_whitespace) {
-        return Err(format!(
-            "--key `{}` may not contain `:` or spaces (TVM's tracker splits keys on them)",
-            cli.key
-        ));
+        return Err(Error::InvalidKey {
+            key: cli.key.clone(),
+        });
     }
     if cli.tracker.is_some() && cli.key.is_empty() {
-        return Err("--tracker needs --key: the name clients ask the tracker for".to_string());
+        return Err(Error::TrackerNeedsKey);
     }
-    relax_runtime::rpc::prepare_server()
-        .map_err(|error| format!("loading TVM's runtime: {error}"))?;
-    relax_runtime::rpc::register_command(measure::COMMAND, measure::time_model)
-        .map_err(|error| error.to_string())?;
+    if cli.max_sessions == 0 {
+        return Err(Error::NotPositive {
+            flag: "--max-sessions",
+        });
+    }
+    let token = Token::load(cli.token_file.as_deref(), env::var(env::TOKEN))?;
+    let allow = AllowList::parse(&cli.allow)?;
+    // Loaded here too, so that a missing runtime is reported at start; this process
+    // never runs a client's code (each session's process does).
+    relax_runtime::rpc::prepare_server().map_err(|source| Error::Runtime { source })?;
+    let launcher = child::Launcher::current()?;
+    let work_dir = cli.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    match folders::sweep(&work_dir) {
+        Ok(removed) if !removed.is_empty() => eprintln!(
+            "relax-rpc-server: removed {} stale session folders in {}",
+            removed.len(),
+            work_dir.display()
+        ),
+        Ok(_) => {}
+        Err(error) => eprintln!(
+            "relax-rpc-server: sweeping stale session folders in {}: {error}",
+            work_dir.display()
+        ),
+    }
     let listener =
-        TcpListener::bind((cli.host.as_str(), cli.port)).map_err(|error| match error.kind() {
-            io::ErrorKind::AddrInUse => format!(
-                "port {} on {} is in use (another server?): choose another with --port",
-                cli.port, cli.host
-            ),
-            _ => format!("listening on {}:{}: {error}", cli.host, cli.port),
+        TcpListener::bind((cli.host.as_str(), cli.port)).map_err(|source| match source.kind() {
+            io::ErrorKind::AddrInUse => Error::PortInUse {
+                host: cli.host.clone(),
+                port: cli.port,
+            },
+            _ => Error::Listen {
+                host: cli.host.clone(),
+                port: cli.port,
+                source,
+            },
         })?;
-    let port = listener
-        .local_addr()
-        .map_err(|error| error.to_string())?
-        .port();
-    let sessions = Sessions {
-        work_dir: cli.work_dir.clone().unwrap_or_else(std::env::temp_dir),
-        key: cli.key.clone(),
-    };
+    let address = listener.local_addr().map_err(|source| Error::Listen {
+        host: cli.host.clone(),
+        port: cli.port,
+        source,
+    })?;
+    if let Some(warning) = listen::exposure_warning(address, token.is_some()) {
+        eprintln!("relax-rpc-server: warning: {warning}");
+    }
+    let server = Arc::new(Server::new(
+        cli.key.clone(),
+        token,
+        allow,
+        limits(cli),
+        Duration::from_secs(cli.handshake_timeout.max(1)),
+        cli.max_sessions,
+        work_dir,
+        launcher,
+        cli.tracker.is_some(),
+    ));
     match &cli.tracker {
         None => {
             eprintln!(
-                "relax-rpc-server: listening on {}:{port} (key `{}`)",
-                cli.host, cli.key
+                "relax-rpc-server: listening on {address} (key `{}`)",
+                cli.key
             );
-            serve_direct(&listener, &sessions)
+            server.accept_forever(&listener);
+            Ok(())
         }
-        Some(address) => {
-            let tracker = Tracker::connect(address, &cli.key, port, cli.custom_addr.as_deref()).map_err(|error| {
-                format!("cannot reach the tracker at {address}: {error} (start one with `cargo relax tracker`)")
+        Some(tracker_address) => {
+            let tracker = Tracker::connect(
+                tracker_address,
+                &cli.key,
+                address.port(),
+                cli.custom_addr.as_deref(),
+            )
+            .map_err(|source| Error::Tracker {
+                address: tracker_address.clone(),
+                source,
             })?;
             eprintln!(
-                "relax-rpc-server: listening on {}:{port}, registered with the tracker at {address} as `{}`",
-                cli.host, cli.key
+                "relax-rpc-server: listening on {address}, registered with the tracker at {tracker_address} as `{}`",
+                cli.key
             );
-            serve_tracked(&listener, &sessions, tracker, address, cli)
+            {
+                let server = Arc::clone(&server);
+                std::thread::spawn(move || server.accept_forever(&listener));
+            }
+            serve_tracked(&server, tracker, tracker_address, cli, address.port())
         }
     }
-}
-
-struct Sessions {
-    work_dir: PathBuf,
-    key: String,
-}
-
-impl Sessions {
-    /// Answers a client's handshake (expecting `matchkey`) and serves its session.
-    fn serve(&self, mut stream: TcpStream, matchkey: &str) {
-        let peer = stream
-            .peer_addr()
-            .map(|peer| peer.to_string())
-            .unwrap_or_default();
-        // A client that connects and says nothing must not hold the server.
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        match answer_client(&mut stream, matchkey, &self.key) {
-            Ok(Client::Accepted) => {}
-            Ok(Client::WrongKey(key)) => {
-                eprintln!("relax-rpc-server: refused {peer}: it asked for `{key}`, expected `client:{matchkey}`");
-                return;
-            }
-            Ok(Client::NotRpc) => return,
-            Err(error) => {
-                eprintln!("relax-rpc-server: handshake with {peer} failed: {error}");
-                return;
-            }
-        }
-        let _ = stream.set_read_timeout(None);
-        let folder = match tempfile::Builder::new()
-            .prefix("relax-rpc-session-")
-            .tempdir_in(&self.work_dir)
-        {
-            Ok(folder) => folder,
-            Err(error) => {
-                eprintln!(
-                    "relax-rpc-server: making a session folder in {}: {error}",
-                    self.work_dir.display()
-                );
-                return;
-            }
-        };
-        eprintln!("relax-rpc-server: session with {peer}");
-        let started = Instant::now();
-        match relax_runtime::rpc::serve_session(stream, folder.path()) {
-            Ok(()) => eprintln!(
-                "relax-rpc-server: session with {peer} ended after {:.1?}",
-                started.elapsed()
-            ),
-            Err(error) => eprintln!("relax-rpc-server: session with {peer} failed: {error}"),
-        }
-    }
-}
-
-fn serve_direct(listener: &TcpListener, sessions: &Sessions) -> Result<(), String> {
-    for stream in listener.incoming() {
-        match stream {
-            Ok(stream) => sessions.serve(stream, &sessions.key),
-            Err(error) => eprintln!("relax-rpc-server: accepting a connection: {error}"),
-        }
-    }
-    Ok(())
 }
 
 /// Offers the device through the tracker, serves the client that takes the offer, and
 /// offers it again; reconnects to the tracker when the connection drops.
 fn serve_tracked(
-    listener: &TcpListener,
-    sessions: &Sessions,
+    server: &Server,
     mut tracker: Tracker,
     address: &str,
     cli: &Cli,
-) -> Result<(), String> {
-    listener
-        .set_nonblocking(true)
-        .map_err(|error| error.to_string())?;
-    let port = listener
-        .local_addr()
-        .map_err(|error| error.to_string())?
-        .port();
+    port: u16,
+) -> Result<()> {
     loop {
-        if let Err(error) = offer_and_serve(listener, sessions, &mut tracker) {
+        if let Err(error) = server.offer_and_serve(&mut tracker) {
             eprintln!("relax-rpc-server: lost the tracker at {address} ({error}); reconnecting");
             tracker = loop {
                 std::thread::sleep(Duration::from_secs(2));
@@ -205,43 +288,6 @@ fn serve_tracked(
                     Err(error) => eprintln!("relax-rpc-server: the tracker at {address}: {error}"),
                 }
             };
-        }
-    }
-}
-
-/// One offer: waits for the client that takes it and serves it. An offer taken by a
-/// client that never comes is replaced after a few seconds, as TVM's server does.
-fn offer_and_serve(
-    listener: &TcpListener,
-    sessions: &Sessions,
-    tracker: &mut Tracker,
-) -> io::Result<()> {
-    tracker.offer()?;
-    let mut last_poll = Instant::now();
-    let mut taken_for = 0;
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                stream.set_nonblocking(false)?;
-                let matchkey = tracker.matchkey().to_string();
-                sessions.serve(stream, &matchkey);
-                return Ok(());
-            }
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(error) => return Err(error),
-        }
-        if last_poll.elapsed() >= Duration::from_secs(2) {
-            last_poll = Instant::now();
-            if tracker.offer_pending()? {
-                taken_for = 0;
-            } else {
-                taken_for += 1;
-                if taken_for > 3 {
-                    return Ok(());
-                }
-            }
         }
     }
 }

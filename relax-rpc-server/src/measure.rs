@@ -5,9 +5,11 @@
 //! The request is JSON: `{"library": "m.so", "signature": "m.json", "weights": null or
 //! "m.safetensors", "dims": {"batch": 8, ...} (other symbolic dims are 1), "warmup": 2, "repeat": 10}` (file names
 //! in the session's folder, as uploaded). The answer is JSON: `{"model", "target",
-//! "functions": [{"name", "inputs": [[dims]...], "runs_us": [...]}]}`.
+//! "functions": [{"name", "inputs": [[dims]...], "runs_us": [...]}]}`. A `repeat` or
+//! `warmup` over the server's `--max-repeat` is refused before anything is loaded.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use relax_runtime::signature::{Dim, TensorSignature};
@@ -17,6 +19,14 @@ use serde_json::json;
 
 /// The command's global function name.
 pub const COMMAND: &str = "relax_rpc.time_model";
+
+/// The largest `repeat` and `warmup` a request may ask for (`--max-repeat`).
+static MAX_REPEAT: AtomicUsize = AtomicUsize::new(crate::limits::DEFAULT_MAX_REPEAT);
+
+/// Sets the largest `repeat` and `warmup` a request may ask for.
+pub fn set_max_repeat(max: usize) {
+    MAX_REPEAT.store(max, Ordering::Relaxed);
+}
 
 #[derive(Deserialize)]
 struct Request {
@@ -33,9 +43,7 @@ struct Request {
 pub fn time_model(request: &str) -> Result<String, String> {
     let request: Request = serde_json::from_str(request)
         .map_err(|error| format!("a malformed {COMMAND} request: {error}"))?;
-    if request.repeat == 0 {
-        return Err("repeat must be at least 1".to_string());
-    }
+    check_counts(&request, MAX_REPEAT.load(Ordering::Relaxed))?;
     let library = relax_runtime::rpc::session_path(&request.library)?;
     let signature_path = relax_runtime::rpc::session_path(&request.signature)?;
     let signature = std::fs::read_to_string(&signature_path)
@@ -87,6 +95,23 @@ pub fn time_model(request: &str) -> Result<String, String> {
         json!({"model": signature.name, "target": signature.target, "functions": functions})
             .to_string(),
     )
+}
+
+/// Refuses a `repeat` of 0 and a `repeat` or `warmup` over `max`, before anything is
+/// loaded or allocated.
+fn check_counts(request: &Request, max: usize) -> Result<(), String> {
+    if request.repeat == 0 {
+        return Err("repeat must be at least 1".to_string());
+    }
+    for (name, count) in [("repeat", request.repeat), ("warmup", request.warmup)] {
+        if count > max {
+            return Err(format!(
+                "{COMMAND}: {name} {count} is over this server's limit of {max} runs; ask for \
+                 fewer, or start relax-rpc-server with a larger --max-repeat"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The largest input made for a run (4 GiB): larger dims are refused, not allocated.

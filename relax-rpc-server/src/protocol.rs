@@ -2,8 +2,9 @@
 //! that follows is TVM's runtime's, see `relax_runtime::rpc`):
 //!
 //! - a client's: it sends `RPC_MAGIC`, then its key (`client:<matchkey>`, options after
-//!   a space); the server answers `RPC_MAGIC` and its own key (`server:<key>`), or
-//!   `RPC_MISMATCH` for a wrong key;
+//!   a space: `-timeout=SECONDS`, and `-token=SECRET` for relax-rpc-server); the server
+//!   answers `RPC_MAGIC` and its own key (`server:<key>`), or `RPC_MISMATCH` for a wrong
+//!   key or token;
 //! - the tracker's: the server sends `TRACKER_MAGIC` (echoed back), then JSON messages,
 //!   each framed by its length: `[UPDATE_INFO, {"key": "server:<key>", "addr": [host, port]}]`
 //!   once, `[PUT, key, [port, matchkey], host]` to offer itself to the next client asking
@@ -63,36 +64,66 @@ fn write_framed(stream: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
     stream.write_all(bytes)
 }
 
-/// What a connecting client turned out to be.
+/// A client's handshake: the first word of its key and the options after it.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Client {
-    /// A client with the expected key, answered: serve it.
-    Accepted,
-    /// A client with another key, told so.
-    WrongKey(String),
-    /// Not TVM's RPC protocol.
-    NotRpc,
+pub struct Hello {
+    /// `client:<matchkey>`.
+    pub key: String,
+    /// `-token=SECRET`, the shared secret it presents (see `access.rs`).
+    pub token: Option<String>,
+    /// `-timeout=SECONDS`, how long it wants the session to last at most.
+    pub timeout: Option<u64>,
 }
 
-/// Reads a client's handshake on `stream` and answers it: accepted when its key's first
-/// word is `client:<matchkey>` (options such as `-timeout=10` may follow).
-pub fn answer_client(
-    stream: &mut (impl Read + Write),
-    matchkey: &str,
-    server_key: &str,
-) -> io::Result<Client> {
+impl Hello {
+    /// Parses a client's key: `client:<matchkey>`, then options such as `-timeout=10`.
+    pub fn parse(key: &str) -> Hello {
+        let mut words = key.split_whitespace();
+        let first = words.next().unwrap_or("").to_string();
+        let mut hello = Hello {
+            key: first,
+            token: None,
+            timeout: None,
+        };
+        for option in words {
+            if let Some(token) = option.strip_prefix("-token=") {
+                hello.token = Some(token.to_string());
+            } else if let Some(seconds) = option.strip_prefix("-timeout=") {
+                // TVM's Python client writes a float (`-timeout=600.0`) as often as an int.
+                hello.timeout = seconds
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
+                    .map(|seconds| seconds.ceil() as u64);
+            }
+        }
+        hello
+    }
+
+    /// Whether the client asked for `matchkey`.
+    pub fn matches(&self, matchkey: &str) -> bool {
+        self.key == format!("client:{matchkey}")
+    }
+}
+
+/// Reads a client's handshake on `stream`; `None` when it is not TVM's RPC protocol.
+pub fn read_hello(stream: &mut impl Read) -> io::Result<Option<Hello>> {
     if read_i32(stream)? != RPC_MAGIC {
-        return Ok(Client::NotRpc);
+        return Ok(None);
     }
     let key = String::from_utf8_lossy(&read_framed(stream)?).into_owned();
-    let first = key.split_whitespace().next().unwrap_or("");
-    if first != format!("client:{matchkey}") {
-        write_i32(stream, RPC_MISMATCH)?;
-        return Ok(Client::WrongKey(first.to_string()));
-    }
+    Ok(Some(Hello::parse(&key)))
+}
+
+/// Accepts a client: `RPC_MAGIC` and the server's key (`server:<key>`).
+pub fn accept(stream: &mut impl Write, server_key: &str) -> io::Result<()> {
     write_i32(stream, RPC_MAGIC)?;
-    write_framed(stream, format!("server:{server_key}").as_bytes())?;
-    Ok(Client::Accepted)
+    write_framed(stream, format!("server:{server_key}").as_bytes())
+}
+
+/// Refuses a client: `RPC_MISMATCH` (TVM's client reports that no server matches its key).
+pub fn refuse(stream: &mut impl Write) -> io::Result<()> {
+    write_i32(stream, RPC_MISMATCH)
 }
 
 /// A device's registration with a tracker, over one connection.
@@ -138,13 +169,10 @@ impl Tracker {
         Ok(tracker)
     }
 
-    /// The matchkey of the current offer (a client taking it sends `client:<matchkey>`).
-    pub fn matchkey(&self) -> &str {
-        &self.matchkey
-    }
-
-    /// Offers this device to the next client asking for its key, under a new matchkey.
-    pub fn offer(&mut self) -> io::Result<()> {
+    /// Makes the matchkey of the next offer ([`Tracker::offer`] sends it): the server
+    /// expects it before the tracker can hand it to a client, who sends
+    /// `client:<matchkey>`.
+    pub fn next_matchkey(&mut self) -> &str {
         self.offers += 1;
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -156,6 +184,12 @@ impl Tracker {
             std::process::id(),
             self.offers
         );
+        &self.matchkey
+    }
+
+    /// Offers this device to the next client asking for its key, under the matchkey
+    /// [`Tracker::next_matchkey`] made.
+    pub fn offer(&mut self) -> io::Result<()> {
         let put = json!([PUT, self.key, [self.port, self.matchkey], self.custom_host]);
         self.expect_success(&put)
     }

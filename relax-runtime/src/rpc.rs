@@ -10,8 +10,7 @@
 //! message instead of a loader error).
 
 use std::ffi::c_void;
-use std::net::TcpStream;
-use std::os::fd::IntoRawFd;
+use std::os::fd::{IntoRawFd, OwnedFd};
 use std::panic::catch_unwind;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -98,11 +97,13 @@ fn registering_failed(message: String, what: &str) -> Error {
     }
 }
 
-/// Serves one client session on `stream` (after the protocol's handshake, which the
-/// caller did), with `work_dir` as the session's folder, until the client ends it or
-/// the connection drops. The socket is closed when it returns. Sessions are served one
-/// at a time: a call from another thread waits for the current session to end.
-pub fn serve_session(stream: TcpStream, work_dir: &Path) -> Result<()> {
+/// Serves one client session on `socket` (a connected stream socket: the client's TCP
+/// connection after the protocol's handshake, which the caller did, or one end of a
+/// socket pair whose other end relays the client), with `work_dir` as the session's
+/// folder, until the peer ends it or the connection drops. The socket is closed when it
+/// returns. Sessions are served one at a time: a call from another thread waits for the
+/// current session to end.
+pub fn serve_session(socket: impl Into<OwnedFd>, work_dir: &Path) -> Result<()> {
     // One session at a time per process: the session's folder is the process's.
     let _serving = SERVING
         .lock()
@@ -113,7 +114,7 @@ pub fn serve_session(stream: TcpStream, work_dir: &Path) -> Result<()> {
     let api = loaded_runtime("serving an RPC session")?;
     let server_loop = global_function(api, "rpc.ServerLoop")?;
     // rpc.ServerLoop takes the descriptor over and closes it when the session ends.
-    let descriptor = stream.into_raw_fd();
+    let descriptor = socket.into().into_raw_fd();
     let mut arguments = [argument::int(i64::from(descriptor))];
     let served = object::call(Callee::Object(&server_loop), &mut arguments, || {
         "serving an RPC session".to_string()

@@ -58,3 +58,13 @@ fn the_table_has_a_row_per_function_with_median_and_spread() {
     let row: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(row, ["main", "[1,1,32,128]", "3", "20.0", "10.0", "30.0"]);
 }
+
+#[test]
+fn only_loopback_hosts_keep_the_tracker_to_this_machine() {
+    for host in ["127.0.0.1", "localhost", "::1", "127.0.0.2"] {
+        assert!(is_loopback(host), "{host}");
+    }
+    for host in ["0.0.0.0", "192.168.1.10", "::", "build-machine"] {
+        assert!(!is_loopback(host), "{host}");
+    }
+}

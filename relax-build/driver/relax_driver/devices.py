@@ -6,12 +6,20 @@ fails, reconnects and asks again: a board that left the tracker would hang a tun
 Here every step has a deadline. Used by the tuning run (`tune.py`, and meta-schedule's
 runner workers, which import this module by name) and by `cargo relax bench --rpc`
 (cargo-relax's client imports it from the installed driver).
+
+When `RELAX_RPC_TOKEN` is set, every session presents it to the device
+(`-token=SECRET` in the key of TVM's handshake), as a relax-rpc-server started with a
+token requires; TVM's tracker never sees it.
 """
 
 import json
+import os
 import socket
 import struct
 import time
+
+# The shared secret a relax-rpc-server may require (see its --token-file).
+TOKEN_VARIABLE = "RELAX_RPC_TOKEN"
 
 # How the error of a request that found no free device begins: the tuning run's failure
 # reporter looks for it in the runner's messages.
@@ -116,6 +124,24 @@ def known_keys(summary):
     return ", ".join(f"`{key}`" for key in keys) or "none"
 
 
+def client_key(match_key=""):
+    """The key to connect to a device with: the tracker's match key (empty for a device
+    reached directly), and the token of RELAX_RPC_TOKEN when it is set."""
+    token = os.environ.get(TOKEN_VARIABLE, "").strip()
+    if not token:
+        return match_key
+    if any(character.isspace() for character in token):
+        raise DeviceError(f"{TOKEN_VARIABLE} holds spaces: set it to the device's token alone")
+    return f"{match_key} -token={token}"
+
+
+def without_token(error):
+    """An error's text with the token of RELAX_RPC_TOKEN masked (TVM's client repeats
+    the key it sent)."""
+    text, token = str(error), os.environ.get(TOKEN_VARIABLE, "").strip()
+    return text.replace(token, "<RELAX_RPC_TOKEN>") if token else text
+
+
 def session(host, port, key, wait_seconds, session_timeout=0):
     """An RPC session with a free device of `key` at the tracker `host:port`, waiting
     `wait_seconds` at most for one; or, with `key` None, with the server at `host:port`."""
@@ -125,11 +151,12 @@ def session(host, port, key, wait_seconds, session_timeout=0):
 
     if key is None:
         try:
-            return rpc.connect(host, port, session_timeout=session_timeout)
+            return rpc.connect(host, port, client_key(), session_timeout=session_timeout)
         except Exception as error:
             raise DeviceError(
-                f"cannot connect to the device at {host}:{port}: {error}; start relax-rpc-server there "
-                "(--port), or pass the tracker's HOST:PORT:KEY"
+                f"cannot connect to the device at {host}:{port}: {without_token(error)}; start relax-rpc-server there "
+                f"(--port), or pass the tracker's HOST:PORT:KEY (a device that requires a token refuses "
+                f"a client without the right {TOKEN_VARIABLE})"
             ) from error
     tracker = Tracker(host, port)
     try:
@@ -138,10 +165,11 @@ def session(host, port, key, wait_seconds, session_timeout=0):
     finally:
         tracker.close()
     try:
-        return rpc.connect(address, device_port, match_key, session_timeout=session_timeout)
+        return rpc.connect(address, device_port, client_key(match_key), session_timeout=session_timeout)
     except Exception as error:
         raise DeviceError(
-            f"the device of key `{key}` at {address}:{device_port}, handed out by the tracker, did not answer: {error}"
+            f"the device of key `{key}` at {address}:{device_port}, handed out by the tracker, did not answer: {without_token(error)} "
+            f"(a device that requires a token refuses a client without the right {TOKEN_VARIABLE})"
         ) from error
 
 

@@ -2,6 +2,7 @@
 for a device has a deadline, and its errors name the key and the devices there are."""
 
 import json
+import os
 import socket
 import struct
 import threading
@@ -97,6 +98,27 @@ class BoundedWaits(unittest.TestCase):
             devices.Tracker("127.0.0.1", listener.getsockname()[1])
         self.assertIn("is not a TVM tracker", str(raised.exception))
         listener.close()
+
+    def test_the_token_of_relax_rpc_token_goes_in_the_key_the_device_sees(self):
+        saved = os.environ.pop(devices.TOKEN_VARIABLE, None)
+        try:
+            self.assertEqual(devices.client_key("board:1.2"), "board:1.2")
+            self.assertEqual(devices.client_key(), "")
+            os.environ[devices.TOKEN_VARIABLE] = "s3cret\n"
+            self.assertEqual(devices.client_key("board:1.2"), "board:1.2 -token=s3cret")
+            self.assertEqual(devices.client_key(), " -token=s3cret")
+            self.assertEqual(
+                devices.without_token(RuntimeError("no server matches key=client: -token=s3cret")),
+                "no server matches key=client: -token=<RELAX_RPC_TOKEN>",
+            )
+            os.environ[devices.TOKEN_VARIABLE] = "two words"
+            with self.assertRaises(devices.DeviceError) as raised:
+                devices.client_key()
+            self.assertIn("RELAX_RPC_TOKEN holds spaces", str(raised.exception))
+        finally:
+            os.environ.pop(devices.TOKEN_VARIABLE, None)
+            if saved is not None:
+                os.environ[devices.TOKEN_VARIABLE] = saved
 
 
 if __name__ == "__main__":

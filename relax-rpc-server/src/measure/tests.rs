@@ -59,3 +59,41 @@ fn sample_inputs_are_reproducible_in_range_and_bounded_in_size() {
     let overflow = sample_tensor(DType::F32, &[usize::MAX, 2]).unwrap_err();
     assert!(overflow.contains("too large"), "{overflow}");
 }
+
+fn request(warmup: usize, repeat: usize) -> Request {
+    Request {
+        library: "m.so".to_string(),
+        signature: "m.json".to_string(),
+        weights: None,
+        dims: BTreeMap::new(),
+        warmup,
+        repeat,
+    }
+}
+
+#[test]
+fn repeat_and_warmup_over_the_limit_are_refused_naming_the_flag() {
+    assert!(check_counts(&request(2, 10), 10).is_ok());
+    let error = check_counts(&request(2, usize::MAX), 10).unwrap_err();
+    assert!(
+        error.contains(&format!("repeat {} is over", usize::MAX))
+            && error.contains("limit of 10 runs")
+            && error.contains("--max-repeat"),
+        "{error}"
+    );
+    let error = check_counts(&request(11, 1), 10).unwrap_err();
+    assert!(error.contains("warmup 11 is over"), "{error}");
+    assert!(check_counts(&request(0, 0), 10)
+        .unwrap_err()
+        .contains("at least 1"));
+}
+
+#[test]
+fn an_oversized_repeat_is_refused_by_the_command_before_anything_is_loaded() {
+    set_max_repeat(100);
+    let error = time_model(
+        r#"{"library": "m.so", "signature": "m.json", "weights": null, "warmup": 1, "repeat": 18446744073709551615}"#,
+    )
+    .unwrap_err();
+    assert!(error.contains("--max-repeat"), "{error}");
+}
