@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use relax_build::tooling::{self, PackageFileSpec};
 use relax_build::Config;
-use relax_cargo_tests::{assert_success, cargo, test_python, workspace_root};
+use relax_cargo_tests::{assert_success, conformance, test_python, workspace_root};
 use toml::Value;
 
 /// One model of corpus.toml.
@@ -163,20 +163,7 @@ fn real_exports_build_from_their_source_and_match_onnxruntime() {
         .unwrap();
     assert_success(&written, "corpus.py");
 
-    let output = cargo(
-        workspace_root(),
-        &[
-            "run",
-            "--quiet",
-            "--release",
-            "-p",
-            "relax-conformance",
-            "--",
-            "--time",
-            dir.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let output = conformance(&["--time", dir.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let found = results(&stdout);
     let mut table = vec![

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use relax_cargo_tests::{
-    assert_success, cargo, python, run_fixture, test_python, toolchain_python, workspace_root,
+    assert_success, conformance, python, run_fixture, test_python, toolchain_python, workspace_root,
 };
 
 #[test]
@@ -49,20 +49,6 @@ fn cases(output: &str, prefixes: &[&str]) -> BTreeSet<String> {
                 .then(|| rest.split(':').next().unwrap().to_string())
         })
         .collect()
-}
-
-/// `cargo run --release -p relax-conformance -- <args>`.
-fn conformance(args: &[&str]) -> std::process::Output {
-    let mut all = vec![
-        "run",
-        "--quiet",
-        "--release",
-        "-p",
-        "relax-conformance",
-        "--",
-    ];
-    all.extend_from_slice(args);
-    cargo(workspace_root(), &all, &[])
 }
 
 #[test]

@@ -318,6 +318,20 @@ const TEST_REQUIREMENTS: &[&str] = &[
     "threadpoolctl",
 ];
 
+/// `cargo run --release -p relax-conformance -- <args>`.
+pub fn conformance(args: &[&str]) -> Output {
+    let mut all = vec![
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "relax-conformance",
+        "--",
+    ];
+    all.extend_from_slice(args);
+    cargo(workspace_root(), &all, &[])
+}
+
 /// A Python with onnxruntime for reference outputs: `RELAX_TEST_PYTHON`, else a venv
 /// made (once, behind a lock) under `target/test-python`.
 pub fn test_python() -> &'static Path {
