@@ -3,6 +3,7 @@
 import contextlib
 import copy
 import io
+import json
 import re
 import traceback
 
@@ -108,9 +109,24 @@ def import_fix(model, request):
         return (
             "Fix: if the graph computes shapes at run time (Shape -> Gather -> Concat -> Reshape), pin the "
             f"symbolic dims of {listed} to numbers in the model's inputs.main, so that the preparation step "
-            "can fold those computations; or export the model with static shapes."
+            "can fold those computations; or export the model with static shapes. In the manifest, with each "
+            f"<dim> the size your app uses:\n  {pinning_line(model, request)}"
         )
     return "Fix: export the model with another opset_version or exporter option, or write it as a Relax nn.Module source."
+
+
+def pinning_line(model, request):
+    """The manifest lines that pin every input of `model`, its symbolic dims as `<name>`
+    for the user to replace: `[package.metadata.relax.models.m]` then `inputs.main = {...}`."""
+    specs = []
+    for name, value in graph_inputs(model).items():
+        tensor_type = value.type.tensor_type
+        dims = [str(dim.dim_value) if dim.dim_value else f"<{dim.dim_param or 'dim'}>" for dim in tensor_type.shape.dim]
+        dtype = onnx_dtype_name(tensor_type.elem_type) if tensor_type.elem_type else "float32"
+        key = name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+        specs.append(f'{key} = "{dtype}[{", ".join(dims)}]"')
+    model_name = request.get("model") or "<model>"
+    return f"[package.metadata.relax.models.{model_name}]\n  inputs.main = {{ {', '.join(specs)} }}"
 
 
 def read_model(source_path):
@@ -218,8 +234,9 @@ def imported(model, request):
     mode = request.get("weights_mode") or "auto"
     external = mode == "external" or (mode == "auto" and initializer_bytes > ONNX_EMBED_LIMIT_BYTES)
     printed = io.StringIO()
+    converting = onnx_ops.Converting()
     try:
-        with contextlib.redirect_stdout(printed), onnx_ops.registered():
+        with contextlib.redirect_stdout(printed), onnx_ops.registered() as converting:
             ir_module = from_onnx(model, shape_dict=declared_empty_shapes(model), keep_params_in_input=external)
     except tvm.error.OpNotImplemented as error:
         unsupported = str(error).split(":", 1)[-1].strip()
@@ -233,6 +250,8 @@ def imported(model, request):
         ) from error
     except Exception as error:
         failed = re.findall(r"Error converting operator (\w+)", printed.getvalue())
+        if converting.nodes:
+            raise node_failure(model, request, converting.nodes, error) from error
         if failed:
             op_type = failed[-1]
             nodes = [node.name or f"#{i}" for i, node in enumerate(model.graph.node) if node.op_type == op_type]
@@ -258,6 +277,41 @@ def imported(model, request):
         ir_module, arrays, _ = weight_transforms.precomputed(ir_module, arrays)
         ir_module, weights = scalars_bound(ir_module, arrays)
     return ir_module, weights
+
+
+def enclosing_nodes(graph, name):
+    """The (op type, name) of the nodes whose branches or body hold the node `name`,
+    outermost first: [] for a node of `graph` itself, None when it is not there (TVM's
+    importer converts an `If`'s branches itself, outside any converter)."""
+    for node in graph.node:
+        if node.name == name:
+            return []
+        for attribute in node.attribute:
+            for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                inner = enclosing_nodes(subgraph, name)
+                if inner is not None:
+                    return [(node.op_type, node.name), *inner]
+    return None
+
+
+def node_failure(model, request, nodes, error):
+    """The error for TVM's importer failing on the last of `nodes` (op type, name),
+    converted inside the ones before it."""
+    op_type, name = nodes[-1]
+    first_line = str(error).splitlines()[0][:300] if str(error) else ""
+    reason = f"{type(error).__name__}: {first_line}"
+    outer = nodes[:-1] or (enclosing_nodes(model.graph, name) if name else None) or []
+    inside = "".join(f", inside {outer_type} node `{outer_name}`" for outer_type, outer_name in reversed(outer))
+    label = f"node `{name}`" if name else "an unnamed node"
+    count = sum(1 for node in model.graph.node if node.op_type == op_type)
+    operator = {"op_type": op_type, "count": count, "nodes": [name], "reason": reason}
+    return DriverError(
+        "onnx_unsupported",
+        f"TVM's ONNX importer failed on {label} ({op_type}{inside}): {reason}",
+        import_fix(model, request),
+        subject=op_type,
+        operators=[operator],
+    )
 
 
 def scalars_bound(ir_module, arrays):

@@ -229,5 +229,56 @@ class WrongDeclaredOutputShape(unittest.TestCase):
         made.ir_version = 8
         assert_close(self, made, {"x": RNG.standard_normal((5, 1, 4)).astype(np.float32)})
 
+class SymbolicSqueezeInABranch(unittest.TestCase):
+    """Silero's VAD (opset 15) branches on whether its encoder's time dim is 1 and
+    squeezes it in one branch; TVM's importer converts both branches, and cannot squeeze
+    a symbolic dim. The error names the node, the If it is in, and the manifest line
+    that pins the dims (which folds the condition)."""
+
+    def model(self):
+        then_branch = helper.make_graph(
+            [helper.make_node("Squeeze", ["x", "time_axis"], ["squeezed"], name="squeeze_time")],
+            "then",
+            [],
+            [helper.make_tensor_value_info("squeezed", TensorProto.FLOAT, None)],
+        )
+        else_branch = helper.make_graph(
+            [helper.make_node("ReduceMean", ["x"], ["mean"], axes=[2], keepdims=0)],
+            "else",
+            [],
+            [helper.make_tensor_value_info("mean", TensorProto.FLOAT, None)],
+        )
+        nodes = [
+            helper.make_node("Shape", ["x"], ["shape"]),
+            helper.make_node("Gather", ["shape", "two"], ["time"], axis=0),
+            helper.make_node("Equal", ["time", "one"], ["single"]),
+            helper.make_node("If", ["single"], ["y"], name="time_is_one", then_branch=then_branch, else_branch=else_branch),
+        ]
+        initializers = {
+            "two": np.array(2, np.int64),
+            "one": np.array(1, np.int64),
+            "time_axis": np.array([2], np.int64),
+        }
+        return symbolic_model(nodes, {"x": (TensorProto.FLOAT, ["batch", 4, "time"])}, ["y"], initializers, opset=13)
+
+    def test_the_error_names_the_node_the_if_and_the_manifest_line(self):
+        from relax_driver.errors import DriverError
+
+        with self.assertRaises(DriverError) as raised:
+            imported(self.model())
+        message = raised.exception.message
+        self.assertIn("failed on node `squeeze_time`", message)
+        self.assertIn("(Squeeze, inside If node `time_is_one`)", message)
+        self.assertIn("symbolic extent", message)
+        self.assertIn('inputs.main = { x = "float32[<batch>, 4, <time>]" }', raised.exception.detail or message)
+
+    def test_pinned_it_folds_to_its_branch_and_matches_onnxruntime(self):
+        made = self.model()
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "model.onnx")
+            onnx.save(made, path)
+            pins = [{"method": "main", "arguments": [{"name": "x", "dtype": "float32", "shape": [2, 4, 1]}]}]
+            onnx_source.load({"source": path, "inputs": pins, "onnx_prepare": True, "weights_mode": "embed"})
+
 if __name__ == "__main__":
     unittest.main()

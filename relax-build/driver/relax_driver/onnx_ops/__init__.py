@@ -30,21 +30,59 @@ def convert_map():
     return table
 
 
+class Converting:
+    """The ONNX nodes being converted, outermost first, as (op type, node name): a
+    control-flow node converts the nodes of its branches or body inside its own
+    conversion. After a converter fails, its node is the last (TVM's importer names
+    only the operator, and not at all inside a branch)."""
+
+    def __init__(self):
+        self.nodes = []
+
+
+def recorded(op_type, base, converting):
+    """`base` (the converter class of `op_type`) noting its node in `converting` while it
+    converts."""
+
+    class Recorded(base):
+        @classmethod
+        def get_converter(cls, opset):
+            convert = base.get_converter(opset)
+
+            def converter(bb, inputs, attr, params):
+                custom = attr.get("tvm_custom") or {}
+                converting.nodes.append((op_type, custom.get("name") or ""))
+                result = convert(bb, inputs, attr, params)
+                converting.nodes.pop()
+                return result
+
+            return converter
+
+    Recorded.__name__ = f"Recorded{base.__name__}"
+    return Recorded
+
+
 @contextlib.contextmanager
 def registered():
-    """TVM's ONNX importer, for the `with` block, uses `convert_map()`."""
+    """TVM's ONNX importer, for the `with` block, uses `convert_map()`, each converter
+    noting its node in the `Converting` the block gives."""
     from tvm.relax.frontend.onnx import onnx_frontend
 
     original = onnx_frontend._get_convert_map
+    converting = Converting()
+    table = {}
 
     def extended():
-        table = original()
-        table.update(converters(table))
+        # Made once: TVM's importer asks for the table at every node.
+        if not table:
+            base = original()
+            base.update(converters(base))
+            table.update({op_type: recorded(op_type, cls, converting) for op_type, cls in base.items()})
         return table
 
     onnx_frontend._get_convert_map = extended
     try:
-        yield
+        yield converting
     finally:
         onnx_frontend._get_convert_map = original
 
