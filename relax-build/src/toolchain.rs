@@ -56,7 +56,8 @@ pub struct Toolchain {
     pub allow_other_version: bool,
     /// Folders put first on `PYTHONPATH` for this Python: the optional packages a build
     /// asked for (torch for PyTorch sources), kept apart from the base toolchain (see
-    /// [`crate::extras`]). Empty for a build that asked for none.
+    /// docs/environment.md, "Optional packages, apart"). Empty for a build that asked for
+    /// none.
     pub python_path: Vec<PathBuf>,
 }
 

