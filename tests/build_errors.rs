@@ -126,7 +126,7 @@ fn a_computed_k_without_the_preparation_step() {
         &compile_error("onnx-topk-unprepared"),
         &[
             "model `ranker` (`package.metadata.relax.models.ranker.source`)",
-            "TVM's ONNX importer failed on operator TopK",
+            "TVM's ONNX importer failed on node `top` (TopK): ValueError: TopK k must be a constant",
             "turn the ONNX preparation step back on",
         ],
     );
@@ -142,6 +142,7 @@ fn a_shape_subgraph_with_symbolic_dims_names_the_dims_to_pin() {
             "model `reshaper`",
             "node_prod cannot handle ShapeExpr inputs",
             "pin the symbolic dims of x (batch, seq) to numbers in the model's inputs.main",
+            "[package.metadata.relax.models.reshaper]\n  inputs.main = { x = \"float32[<batch>, <seq>, 8]\" }",
         ],
     );
 }
