@@ -255,8 +255,7 @@ def imported(model, request):
         if failed:
             op_type = failed[-1]
             nodes = [node.name or f"#{i}" for i, node in enumerate(model.graph.node) if node.op_type == op_type]
-            first_line = str(error).splitlines()[0][:300] if str(error) else ""
-            reason = f"{type(error).__name__}: {first_line}"
+            reason = failure_reason(error)
             operator = {"op_type": op_type, "count": len(nodes), "nodes": nodes[:3], "reason": reason}
             raise DriverError(
                 "onnx_unsupported",
@@ -279,6 +278,12 @@ def imported(model, request):
     return ir_module, weights
 
 
+def failure_reason(error):
+    """`Type: first line of the message` (at most 300 characters of it), for errors."""
+    first_line = str(error).splitlines()[0][:300] if str(error) else ""
+    return f"{type(error).__name__}: {first_line}"
+
+
 def enclosing_nodes(graph, name):
     """The (op type, name) of the nodes whose branches or body hold the node `name`,
     outermost first: [] for a node of `graph` itself, None when it is not there (TVM's
@@ -298,8 +303,7 @@ def node_failure(model, request, nodes, error):
     """The error for TVM's importer failing on the last of `nodes` (op type, name),
     converted inside the ones before it."""
     op_type, name = nodes[-1]
-    first_line = str(error).splitlines()[0][:300] if str(error) else ""
-    reason = f"{type(error).__name__}: {first_line}"
+    reason = failure_reason(error)
     outer = nodes[:-1] or (enclosing_nodes(model.graph, name) if name else None) or []
     inside = "".join(f", inside {outer_type} node `{outer_name}`" for outer_type, outer_name in reversed(outer))
     label = f"node `{name}`" if name else "an unnamed node"
