@@ -358,17 +358,7 @@ fn describe(measured: &Measured, case: &Path) -> String {
 
 /// `time_us` of corpus.py's `{"time_us": 1234.5, ...}`.
 fn reference_time_us(json: &str) -> Option<f64> {
-    let rest = json
-        .split("\"time_us\"")
-        .nth(1)?
-        .trim_start()
-        .strip_prefix(':')?;
-    let number: String = rest
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+'))
-        .collect();
-    number.parse().ok()
+    serde_json::from_str::<serde_json::Value>(json).ok()?["time_us"].as_f64()
 }
 
 /// Exit status 1 when a case listed in `path` that was run (`run`) did not pass. Listed
