@@ -86,7 +86,48 @@ class Slice(onnx_frontend.Slice):
         if is_shape(inputs[0]):
             # A shape known only at run time: sliced as an int64 tensor.
             inputs = [bb.emit(as_tensor(inputs[0])), *inputs[1:]]
+        to_the_end = sliced_to_the_end(values)
+        if to_the_end is not None:
+            return to_the_end
         return super()._impl_v13(bb, inputs, attr, params)
+
+
+# Ends from this value up are exporters' "to the end" (PyTorch writes INT64_MAX,
+# tf2onnx INT32_MAX, jax2tf 10**9): no axis of a model is that long.
+TO_THE_END = 10**9
+
+
+def sliced_to_the_end(values):
+    """The slice of a tensor whose constant ends run "to the end" (`TO_THE_END` and over)
+    along symbolic dims, with those ends the dims themselves; None for any other slice.
+
+    TVM's converter keeps such an end as a number, so the dim becomes `min(end, n)`: a
+    different dim from `n` for what follows (a reshape to `n` must copy), and one whose
+    upper bound, the sentinel, TVM's memory planning allocates (std::bad_alloc at run
+    time)."""
+    data = values[0]
+    shape = getattr(data.ty, "shape", None) if isinstance(data.ty, relax.TensorType) else None
+    if shape is None or not isinstance(shape, relax.ShapeExpr):
+        return None
+    starts, ends = constant_ints(values[1]), constant_ints(values[2])
+    if starts is None or ends is None or len(starts) != len(ends):
+        return None
+    axes = constant_ints(values[3]) if values[3] is not None else list(range(len(starts)))
+    steps = constant_ints(values[4]) if values[4] is not None else [1] * len(starts)
+    if axes is None or steps is None or len(axes) != len(starts) or len(steps) != len(starts):
+        return None
+    dims = list(shape.values)
+    axes = [axis + len(dims) if axis < 0 else axis for axis in axes]
+    if not all(0 <= axis < len(dims) for axis in axes):
+        return None
+    open_ended = [
+        step > 0 and end >= TO_THE_END and not isinstance(dims[axis], tirx.IntImm)
+        for axis, end, step in zip(axes, ends, steps)
+    ]
+    if not any(open_ended) or 0 in steps:
+        return None
+    ends = [dims[axis] if open else end for axis, end, open in zip(axes, ends, open_ended)]
+    return relax.op.strided_slice(data, axes, starts, ends, steps, assume_inbound=False)
 
 
 def int64(value):
