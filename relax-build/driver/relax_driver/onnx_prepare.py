@@ -290,6 +290,19 @@ def prepare(model):
 # Operator domains only onnxruntime implements (its contrib operators, which its graph
 # optimizations and quantizer write: FusedConv, QLinearAdd, DynamicQuantizeLSTM, ...).
 ONNXRUNTIME_DOMAINS = {"com.microsoft", "com.microsoft.nchwc", "com.ms.internal.nhwc"}
+# The com.microsoft operators that are converted in onnxruntime's form (by onnx_ops'
+# contrib_* modules, or TVM's converter where it is right): another contrib operator
+# named like an ONNX one (e.g. com.microsoft's Pad or Range) is refused, not converted
+# as the ONNX operator.
+ONNXRUNTIME_CONVERTED = {
+    "Attention", "MultiHeadAttention", "GroupQueryAttention", "QAttention", "RotaryEmbedding",
+    "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization",
+    "QEmbedLayerNormalization", "Gelu", "BiasGelu", "FastGelu", "QuickGelu", "BiasAdd", "BiasSplitGelu",
+    "FusedConv", "FusedMatMul", "NhwcConv", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
+    "DynamicQuantizeLSTM", "QGemm", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+    "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat", "QLinearSoftmax", "QLinearWhere",
+    "QuantizeLinear", "DequantizeLinear",
+}
 ONNXRUNTIME_FIX = (
     "export or quantize without onnxruntime's optimizations (e.g. quantize_static with QuantFormat.QDQ, "
     "or an ONNX export without graph optimization)"
@@ -301,9 +314,10 @@ def unsupported_operators(model, supported):
     appearance: [{op_type, count, nodes, reason}]."""
     found = {}
     for index, node in enumerate(model.graph.node):
-        if node.op_type in supported:
+        contrib = node.domain in ONNXRUNTIME_DOMAINS
+        if node.op_type in supported and (not contrib or node.op_type in ONNXRUNTIME_CONVERTED):
             continue
-        reason = "onnxruntime-only contrib operator" if node.domain in ONNXRUNTIME_DOMAINS else "unsupported"
+        reason = "onnxruntime-only contrib operator" if contrib else "unsupported"
         entry = found.setdefault(node.op_type, {"op_type": node.op_type, "count": 0, "nodes": [], "reason": reason})
         entry["count"] += 1
         if len(entry["nodes"]) < NAMED_NODES:

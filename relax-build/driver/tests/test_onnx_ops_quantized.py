@@ -119,7 +119,7 @@ class QuantizeDequantize(unittest.TestCase):
 
 class OnnxruntimeOnlyOperators(unittest.TestCase):
     def test_the_error_names_them_and_the_fix(self):
-        node = helper.make_node("QLinearAdd", ["a", "s", "z", "a", "s", "z", "s", "z"], ["y"], domain="com.microsoft")
+        node = helper.make_node("QLinearReduceMean", ["a", "s", "z", "s", "z"], ["y"], domain="com.microsoft", axes=[0])
         made = graph_model(node, {"a": integers(np.uint8, 4)}, {"y": np.uint8},
                            {"s": scalar(0.1, np.float32), "z": scalar(0, np.uint8)}, extra_opsets=[("com.microsoft", 1)])
         with self.assertRaises(DriverError) as raised:
@@ -127,7 +127,7 @@ class OnnxruntimeOnlyOperators(unittest.TestCase):
         error = raised.exception
         self.assertEqual(error.kind, "onnx_unsupported")
         self.assertEqual(error.operators[0]["reason"], "onnxruntime-only contrib operator")
-        self.assertIn("QLinearAdd x1 (node(s) #0, an onnxruntime-only contrib operator)", error.message)
+        self.assertIn("QLinearReduceMean x1 (node(s) #0, an onnxruntime-only contrib operator)", error.message)
         self.assertIn("quantize_static with QuantFormat.QDQ", error.detail)
 
 

@@ -90,6 +90,11 @@ def registered():
 # The modules of this package fill CONVERTERS (no two convert the same operator).
 from . import (  # noqa: E402
     attention,
+    contrib_activations,
+    contrib_attention,
+    contrib_fused,
+    contrib_normalization,
+    contrib_quantized,
     control_flow,
     elementwise,
     normalization,
@@ -101,6 +106,7 @@ from . import (  # noqa: E402
     shape_values,
 )
 
-for _module in (attention, control_flow, elementwise, normalization, quantized, recurrent, reductions, resize, rotary, shape_values):
+for _module in (attention, contrib_activations, contrib_attention, contrib_fused, contrib_normalization,
+                contrib_quantized, control_flow, elementwise, normalization, quantized, recurrent, reductions, resize, rotary, shape_values):
     assert not set(_module.CONVERTERS) & set(CONVERTERS), f"{_module.__name__} converts an operator twice"
     CONVERTERS.update(_module.CONVERTERS)

@@ -1,7 +1,8 @@
 """The ONNX standard Attention operator (opsets 23-25).
 
-TVM's importer maps "Attention" to onnxruntime's com.microsoft Attention only (its
-converter needs `num_heads`); a node with that attribute still goes to TVM's converter.
+TVM's importer passes no domain to a converter: a node with `num_heads` (which
+onnxruntime's com.microsoft Attention requires and ONNX's lacks) is onnxruntime's, built
+by contrib_attention.py.
 The standard operator is built here as ONNX's reference computes it: Q and K scaled by
 the square root of the scale, an additive bias (attention mask, causal frontier aligned
 to the past, sliding window, padding of an external cache), softcap, a softmax whose
@@ -14,6 +15,7 @@ import numpy as np
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend
 
+from . import contrib_attention
 from .common import ONNX_DTYPES, const, dims_of, dtype_of, rank_of, static_dims
 
 
@@ -66,12 +68,12 @@ def softmax(bb, x, dtype):
 
 
 class Attention(onnx_frontend.OnnxOpConverter):
-    """Standard ONNX Attention; com.microsoft Attention (with `num_heads`) goes to TVM's."""
+    """Standard ONNX Attention, or com.microsoft Attention (with `num_heads`)."""
 
     @classmethod
     def _impl_v1(cls, bb, inputs, attr, params):
         if "num_heads" in attr:
-            return onnx_frontend.Attention._impl_v1(bb, inputs, attr, params)
+            return contrib_attention.microsoft_attention(bb, inputs, attr)
         return standard_attention(bb, inputs, attr)
 
 
