@@ -266,9 +266,9 @@ class GroupQueryAttention(onnx_frontend.OnnxOpConverter):
         kept = bb.emit(relax.op.where(relax.op.less(columns, lengths), const(0.0, dtype), const(FLOAT32_LOWEST, dtype)))
         bias = causal(bb, kept, seq, total, offset, dtype)
         window = attr.get("local_window_size", -1)
-        if window >= 0:  # only the `window` keys up to the query
+        if window >= 0:  # only the query's own key and the `window` keys before it
             rows = positions(bb, seq, (seq, 1))
-            near = relax.op.greater(columns, relax.op.subtract(relax.op.add(rows, offset), relax.const(window, "int64")))
+            near = relax.op.greater_equal(columns, relax.op.subtract(relax.op.add(rows, offset), relax.const(window, "int64")))
             bias = bb.emit(relax.op.where(near, bias, const(FLOAT32_LOWEST, dtype)))
         if heads != kv_heads:
             key = bb.emit(relax.op.repeat(key, heads // kv_heads, axis=1))
