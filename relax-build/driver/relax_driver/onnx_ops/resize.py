@@ -202,9 +202,17 @@ class Resize(onnx_frontend.OnnxOpConverter):
 
 
 def runtime_resize(bb, inputs, axes, attr):
-    """Resize by scales or sizes known at run time, on relax_runtime.resize."""
+    """Resize by scales or sizes known at run time, on relax_runtime.resize.
+
+    Sizes computed from other tensors' shapes (`interpolate(size=y.shape[2:])`: a shape
+    value, see `shape_values`) are the output's dims as they are, symbolic ones
+    included, so that the result lines up with those tensors (a `Concat` with `y`)."""
     x, roi, scales, sizes = inputs[0], inputs[1], inputs[2], inputs[3]
     rank = rank_of(x)
+    sized_dims = None
+    if sizes is not None and isinstance(sizes.ty, relax.ShapeType):
+        sized_dims = getattr(sizes.ty, "values", None)
+        sizes = bb.emit(relax.op.shape_to_tensor(sizes))
     by_sizes = sizes is not None and not is_empty(sizes)
     values = bb.emit(relax.op.astype(sizes if by_sizes else scales, "float64"))
     with_roi = roi is not None and not is_empty(roi)
@@ -242,8 +250,14 @@ def runtime_resize(bb, inputs, axes, attr):
         listed = relax.const(np.array([axis in axes for axis in range(rank)]))
         out = relax.op.where(listed, relax.op.floor(relax.op.add(relax.op.multiply(dims, scale), constant(0.5))),
                              dims)
-    out = bb.emit(relax.op.astype(out, "int64"))
-    shape = shape_of_tensor(bb, out, [f"resized_{axis}" for axis in range(rank)])
+    known_x = isinstance(getattr(x.ty, "shape", None), relax.ShapeExpr)
+    if by_sizes and policy == "stretch" and known_x and sized_dims is not None and len(sized_dims) == len(axes):
+        dims_of_x = list(x.ty.shape.values)
+        shape = relax.ShapeExpr([sized_dims[axes.index(axis)] if axis in axes else dims_of_x[axis]
+                                 for axis in range(rank)])
+    else:
+        out = bb.emit(relax.op.astype(out, "int64"))
+        shape = shape_of_tensor(bb, out, [f"resized_{axis}" for axis in range(rank)])
     mode = text(attr, "mode", "nearest")
     integers = [
         int(by_sizes),
