@@ -149,6 +149,26 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/onnx_ops/broadcast.py"),
     ),
     (
+        "relax_driver/onnx_ops/contrib_activations.py",
+        include_str!("../driver/relax_driver/onnx_ops/contrib_activations.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/contrib_attention.py",
+        include_str!("../driver/relax_driver/onnx_ops/contrib_attention.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/contrib_fused.py",
+        include_str!("../driver/relax_driver/onnx_ops/contrib_fused.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/contrib_normalization.py",
+        include_str!("../driver/relax_driver/onnx_ops/contrib_normalization.py"),
+    ),
+    (
+        "relax_driver/onnx_ops/contrib_quantized.py",
+        include_str!("../driver/relax_driver/onnx_ops/contrib_quantized.py"),
+    ),
+    (
         "relax_driver/half_precision.py",
         include_str!("../driver/relax_driver/half_precision.py"),
     ),
