@@ -4,6 +4,8 @@ variables and copies new bindings are made of."""
 from tvm import relax
 
 # The VM's identity copy (`call_pure_packed` of it gives a tensor whose dims are forgotten).
+# It returns its argument itself, which TVM's memory planning does not know: before a
+# build, `copies_as_casts` makes each one a cast.
 COPY = "vm.builtin.copy"
 
 
@@ -37,3 +39,55 @@ def rewritten_function(function, rewrite):
     if body is None:
         return function
     return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+
+
+def copies_as_casts(ir_module):
+    """`ir_module` with each binding of `call_pure_packed(COPY, x)` made a cast of `x` to
+    the copy's type (the same tensor, its dims forgotten).
+
+    The copy lets the importer and the layout conversion forget a tensor's dims (a cast
+    straight from the tensor makes TVM's ConvertLayout fail with "Cannot convert when
+    exactly one of the layouts is unknown"), but the VM's copy is the tensor itself, and
+    TVM's static memory planning, which does not know that, reused the tensor's storage
+    for a value computed after the copy while the copy was still read: YOLOv8's box
+    decoding (nudenet's export), `anchors - left_top` and `anchors + right_bottom`, read
+    the right-bottom half twice. A cast is an alias the planner follows."""
+
+    def is_copy(value):
+        return (
+            isinstance(value, relax.Call)
+            and isinstance(value.op, tvm.ir.Op)
+            and value.op.name == "relax.call_pure_packed"
+            and isinstance(value.args[0], relax.ExternFunc)
+            and str(value.args[0].global_symbol) == COPY
+            and len(value.args) == 2
+        )
+
+    import tvm
+
+    updated = {}
+    for global_var, function in ir_module.functions.items():
+        if not isinstance(function, relax.Function) or not isinstance(function.body, relax.SeqExpr):
+            continue
+        changed = False
+        blocks = []
+        for block in function.body.blocks:
+            bindings = []
+            for binding in block.bindings:
+                if isinstance(binding, relax.VarBinding) and is_copy(binding.value):
+                    binding = relax.MatchCast(binding.var, binding.value.args[1], binding.var.ty)
+                    changed = True
+                bindings.append(binding)
+            dataflow = isinstance(block, relax.DataflowBlock)
+            blocks.append(relax.DataflowBlock(bindings) if dataflow else relax.BindingBlock(bindings))
+        if changed:
+            body = relax.SeqExpr(blocks, function.body.body)
+            updated[global_var] = relax.Function(
+                function.params, body, function.ret_ty, function.is_pure, function.attrs
+            )
+    if not updated:
+        return ir_module
+    ir_module = ir_module.clone() if hasattr(ir_module, "clone") else ir_module
+    for global_var, function in updated.items():
+        ir_module[global_var] = function
+    return ir_module

@@ -55,8 +55,9 @@ def compile_module(ir_module, target, request):
     import tvm
     from tvm import relax
 
-    from . import fast_math, half_precision
+    from . import bindings, fast_math, half_precision
 
+    ir_module = bindings.copies_as_casts(ir_module)
     pipeline = request["pipeline"]
     if pipeline not in ("zero", "cpu", "default"):
         raise DriverError("pipeline", f"unknown pipeline `{pipeline}`")

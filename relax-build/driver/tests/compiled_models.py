@@ -4,7 +4,7 @@
 import numpy as np
 import tvm
 
-from relax_driver import build, outputs
+from relax_driver import bindings, build, outputs
 
 
 def host_output(shape, dtype):
@@ -27,7 +27,7 @@ def compiled(module, target):
             return tvm.transform.Sequential(passes)(module)
 
     with tvm.transform.PassContext(opt_level=3):
-        return tvm.compile(module, target, relax_pipeline=backend)
+        return tvm.compile(bindings.copies_as_casts(module), target, relax_pipeline=backend)
 
 
 def main_instructions(executable):

@@ -282,3 +282,85 @@ class SymbolicSqueezeInABranch(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DetectorHeadShapes(unittest.TestCase):
+    """YOLOv8's head (nudenet's export, 320x320 with dims left symbolic) reshapes its box
+    logits (here `[batch, 2, 2, n]`) to `[batch, 4, -1]` (a target concatenated from a `Shape` at run time), takes
+    the halves `[:, :2]` and `[:, 2:]`, subtracts and adds them to anchors `[1, 2, n]`,
+    and multiplies by strides filled by a `ConstantOfShape` of `n * 1`. Three failures:
+    the `ConstantOfShape` became a `broadcast_to` of a shape nothing knew (an
+    AssertionError in TVM's legalization of it), the reshape's new dims lost the 4 (the
+    sum of a half, `min(2, dim)` rows, and the anchors' 2 rows had no shape), and once
+    built, the two halves read the same memory (the importer's dim-forgetting copy,
+    which TVM's memory planning took for a new tensor)."""
+
+    def model(self):
+        nodes = [
+            helper.make_node("Relu", ["x"], ["boxes"]),
+            helper.make_node("Shape", ["x"], ["shape"]),
+            helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+            helper.make_node("Gather", ["shape", "three"], ["count"], axis=0),
+            helper.make_node("Unsqueeze", ["batch", "axes"], ["batch1"]),
+            helper.make_node("Concat", ["batch1", "four", "minus_one"], ["target"], axis=0),
+            helper.make_node("Reshape", ["boxes", "target"], ["reshaped"]),
+            helper.make_node("Slice", ["reshaped", "zero1", "two1", "one1"], ["left_top"]),
+            helper.make_node("Slice", ["reshaped", "two1", "four", "one1"], ["right_bottom"]),
+            helper.make_node("Cast", ["count"], ["count_float"], to=TensorProto.FLOAT),
+            helper.make_node("Range", ["zero_float", "count_float", "one_float"], ["positions"]),
+            helper.make_node("Unsqueeze", ["positions", "axes"], ["row"]),
+            helper.make_node("Concat", ["row", "row"], ["grid"], axis=0),
+            helper.make_node("Unsqueeze", ["grid", "axes"], ["anchors"]),
+            helper.make_node("Mul", ["count", "one"], ["cells"]),
+            helper.make_node("Unsqueeze", ["cells", "axes"], ["cells1"]),
+            helper.make_node("Concat", ["cells1", "one1"], ["stride_shape"], axis=0),
+            helper.make_node(
+                "ConstantOfShape", ["stride_shape"], ["strides"],
+                value=numpy_helper.from_array(np.array([8.0], np.float32)),
+            ),
+            helper.make_node("Transpose", ["strides"], ["stride_row"], perm=[1, 0]),
+            helper.make_node("Sub", ["anchors", "left_top"], ["corner"]),
+            helper.make_node("Add", ["anchors", "right_bottom"], ["far_corner"]),
+            helper.make_node("Add", ["corner", "far_corner"], ["doubled"]),
+            helper.make_node("Div", ["doubled", "two_float"], ["center"]),
+            helper.make_node("Sub", ["far_corner", "corner"], ["size"]),
+            helper.make_node("Concat", ["center", "size"], ["decoded"], axis=1),
+            helper.make_node("Mul", ["decoded", "stride_row"], ["y"]),
+        ]
+        initializers = {
+            "zero": np.array(0, np.int64),
+            "three": np.array(3, np.int64),
+            "one": np.array(1, np.int64),
+            "axes": np.array([0], np.int64),
+            "four": np.array([4], np.int64),
+            "minus_one": np.array([-1], np.int64),
+            "zero1": np.array([0], np.int64),
+            "one1": np.array([1], np.int64),
+            "two1": np.array([2], np.int64),
+            "zero_float": np.array(0.0, np.float32),
+            "one_float": np.array(1.0, np.float32),
+            "two_float": np.array(2.0, np.float32),
+        }
+        return symbolic_model(nodes, {"x": (TensorProto.FLOAT, ["batch", 2, 2, "count"])}, ["y"], initializers)
+
+    def test_the_reshape_keeps_its_constant_dims(self):
+        ir_module, _, _ = imported(self.model())
+        reshapes = [b for block in ir_module["main"].body.blocks for b in block.bindings
+                    if getattr(getattr(b.value, "op", None), "name", None) == "relax.reshape"]
+        boxes = [reshape for reshape in reshapes if reshape.var.ty.ndim == 3]
+        rows = [reshape.var.ty.shape.values[1] for reshape in boxes]
+        self.assertEqual([int(row) if isinstance(row, tvm.tirx.IntImm) else str(row) for row in rows], [4])
+
+    def test_built_by_the_driver_it_matches_onnxruntime(self):
+        from compiled_models import compiled
+        from onnx_ops_cases import run_onnxruntime
+        from tvm import relax
+
+        made = self.model()
+        ir_module, _, _ = imported(made)
+        vm = relax.VirtualMachine(compiled(ir_module, tvm.target.Target(X86)), tvm.cpu())
+        for batch, count in ((1, 6), (2, 5)):
+            with self.subTest(batch=batch, count=count):
+                x = RNG.standard_normal((batch, 2, 2, count)).astype(np.float32)
+                got = vm["main"](tvm.runtime.tensor(x)).numpy()
+                np.testing.assert_allclose(got, run_onnxruntime(made, {"x": x})[0], rtol=1e-5, atol=1e-5)

@@ -9,6 +9,8 @@ dims symbolic:
 - `Slice` of a shape, which TVM's converter refuses ("requires a statically known input
   rank") before it reaches its own code for shapes: a shape of known dims is sliced as a
   shape, one known only at run time as an int64 tensor;
+- `ConstantOfShape` of a target computed at run time, cast to a shape of new
+  symbolic dims (as a run-time `Reshape` target is);
 - `Cast` of a shape to int32 and back, and `Concat` of a shape with int32 constants,
   which TVM's converters turn into tensors whose values are lost to what follows.
 
@@ -22,7 +24,7 @@ from tvm import relax, tirx
 from tvm.ir import GenericConst
 from tvm.relax.frontend.onnx import onnx_frontend
 
-from .common import shape_of_tensor
+from .common import known_entries, shape_of_tensor
 
 
 def is_shape(expr):
@@ -153,6 +155,7 @@ class Reshape(onnx_frontend.Reshape):
         length = onnx_frontend._get_known_tensor_length(target) if computed else None
         if length is None:
             return super()._impl_v13(bb, inputs, attr, params)
+        given = reshape_dims_known(bb, data, target, length, attr.get("allowzero", 0))
         target = bb.emit(relax.op.astype(target, "int64"))
         data_dims = bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(data))))
         if not attr.get("allowzero", 0) and data.ty.ndim > 0:
@@ -165,7 +168,29 @@ class Reshape(onnx_frontend.Reshape):
         known = relax.op.prod(relax.op.where(unknown, int64(1), target))
         left = relax.op.floor_divide(relax.op.prod(data_dims), known)
         target = bb.emit(relax.op.where(unknown, left, target))
-        return relax.op.reshape(data, shape_of_tensor(bb, target, [f"reshape_dim_{i}" for i in range(length)]))
+        # A shape expression of the cast's dims, not the cast variable: TVM's legalization
+        # of `reshape` takes a variable only when it is bound to a shape expression
+        # (YOLOv8's head, nudenet's export, failed there with an AssertionError).
+        shape = shape_of_tensor(bb, target, [f"reshape_dim_{i}" for i in range(length)], given)
+        return relax.op.reshape(data, relax.ShapeExpr(list(shape.ty.values)))
+
+
+def reshape_dims_known(bb, data, target, length, allowzero):
+    """The dims of a `Reshape` to a target computed at run time that the graph gives: a
+    constant entry of the target (YOLOv8's `[batch, 4, -1]`), or the input's dim where
+    the entry is a constant 0; None where only the run time knows (a -1, a `Shape`'s
+    dim). Known dims keep what follows static (a `[batch, 4, n]` sliced in two halves of
+    2, against anchors of 2 rows: new variables there left the sum's shape unknown)."""
+    input_dims = data.ty.shape.values if isinstance(data.ty.shape, relax.ShapeExpr) else None
+    known = []
+    for position, entry in enumerate(known_entries(bb, target, length)):
+        if entry is not None and entry > 0:
+            known.append(tirx.IntImm("int64", entry))
+        elif entry == 0 and not allowzero and input_dims is not None and position < len(input_dims):
+            known.append(input_dims[position])
+        else:
+            known.append(None)
+    return known
 
 
 # Integer types wide enough for any dim: a shape cast to one of them keeps its values.
@@ -211,4 +236,41 @@ class Concat(onnx_frontend.Concat):
         return super()._impl_v13(bb, inputs, attr, params)
 
 
-CONVERTERS = {"Cast": Cast, "Concat": Concat, "Equal": Equal, "Reshape": Reshape, "Slice": Slice}
+class ConstantOfShape(onnx_frontend.ConstantOfShape):
+    """TVM's `ConstantOfShape`, with a target computed at run time (an int64 tensor, e.g.
+    a product of two dims of a `Shape`, as YOLOv8's head computes its anchor count) cast
+    to a shape of new symbolic dims: TVM's converter broadcasts to `tensor_to_shape` of
+    the tensor, a shape whose dims nothing knows, which TVM's legalization of
+    `broadcast_to` refuses (an AssertionError in `reshape_call_te`)."""
+
+    @classmethod
+    def _impl_v9(cls, bb, inputs, attr, params):
+        target = onnx_frontend.get_constant(inputs[0], params)
+        literal = shape_literal(target) if is_shape(target) else None
+        if literal is not None:
+            return super()._impl_v9(bb, [literal], attr, params)
+        computed = (
+            not isinstance(target, (GenericConst, relax.ShapeExpr))
+            and isinstance(target.ty, relax.TensorType)
+            and target.ty.ndim == 1
+        )
+        length = onnx_frontend._get_known_tensor_length(target) if computed else None
+        if length is None:
+            return super()._impl_v9(bb, inputs, attr, params)
+        known = [
+            None if entry is None or entry < 0 else tirx.IntImm("int64", entry)
+            for entry in known_entries(bb, target, length)
+        ]
+        target = bb.emit(relax.op.astype(target, "int64"))
+        shape = shape_of_tensor(bb, target, [f"filled_dim_{i}" for i in range(length)], known)
+        return super()._impl_v9(bb, [relax.ShapeExpr(list(shape.ty.values))], attr, params)
+
+
+CONVERTERS = {
+    "Cast": Cast,
+    "Concat": Concat,
+    "ConstantOfShape": ConstantOfShape,
+    "Equal": Equal,
+    "Reshape": Reshape,
+    "Slice": Slice,
+}
