@@ -147,8 +147,9 @@ def fold_constants(model):
         for name, value in outputs.items():
             known[name] = value
             folded_outputs.append(name)
+    folded_inside = sum(fold_branches(node, known, opsets) for node in kept)
     if len(kept) == len(graph.node):
-        return 0
+        return folded_inside
     used = {name for node in kept for name in (*node.input, *subgraph_reads(node))}
     used |= {value.name for value in graph.output}
     existing = {init.name for init in graph.initializer}
@@ -158,7 +159,51 @@ def fold_constants(model):
     folded = len(graph.node) - len(kept)
     del graph.node[:]
     graph.node.extend(kept)
-    return folded
+    return folded + folded_inside
+
+
+def fold_branches(node, outer, opsets):
+    """Folds, in place, the nodes of `node`'s graphs (an `If`'s branches, a `Loop`'s
+    body) whose inputs are constants of the graph itself or of the graphs around it
+    (`outer`, by name), into initializers of that graph; returns how many. Silero's VAD
+    computes its `Pad`'s pads from `Constant`s inside an `If` branch, which TVM's
+    importer takes only as a constant ("Dynamic pads are not supported yet")."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    count = 0
+    for attribute in node.attribute:
+        for graph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+            inputs = {value.name for value in graph.input}
+            known = {name: value for name, value in outer.items() if name not in inputs}
+            known.update({init.name: numpy_helper.to_array(init) for init in graph.initializer})
+            kept, folded = [], []
+            for inner in graph.node:
+                names = [name for name in inner.input if name]
+                foldable = (
+                    inner.domain in ("", "ai.onnx")
+                    and inner.op_type not in UNFOLDABLE
+                    and not any(a.type in (a.GRAPH, a.GRAPHS) for a in inner.attribute)
+                    and all(name in known for name in names)
+                )
+                outputs = evaluate(inner, known, opsets, helper, ReferenceEvaluator, True) if foldable else None
+                if outputs is None:
+                    kept.append(inner)
+                    continue
+                known.update(outputs)
+                folded.extend(outputs)
+            count += sum(fold_branches(inner, known, opsets) for inner in kept)
+            if len(kept) == len(graph.node):
+                continue
+            used = {name for inner in kept for name in (*inner.input, *subgraph_reads(inner))}
+            used |= {value.name for value in graph.output}
+            for name in folded:
+                if name in used:
+                    graph.initializer.append(numpy_helper.from_array(known[name], name))
+            count += len(graph.node) - len(kept)
+            del graph.node[:]
+            graph.node.extend(kept)
+    return count
 
 
 def subgraph_reads(node):

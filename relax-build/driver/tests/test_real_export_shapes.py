@@ -364,3 +364,42 @@ class DetectorHeadShapes(unittest.TestCase):
                 x = RNG.standard_normal((batch, 2, 2, count)).astype(np.float32)
                 got = vm["main"](tvm.runtime.tensor(x)).numpy()
                 np.testing.assert_allclose(got, run_onnxruntime(made, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+class ComputedPadsInABranch(unittest.TestCase):
+    """Silero's VAD (opset 16) pads its input in each branch of its `If` on the sample
+    rate, with pads computed from `Constant`s in the branch (ConstantOfShape, Concat,
+    Reshape): the preparation step folded only the main graph, and TVM's importer,
+    which takes pads only as a constant, failed with "Dynamic pads are not supported
+    yet"."""
+
+    def branch(self, name, right):
+        constant = lambda output, array: helper.make_node(  # noqa: E731
+            "Constant", [], [output], value=numpy_helper.from_array(array)
+        )
+        return helper.make_graph(
+            [
+                constant(f"{name}_count", np.array([2], np.int64)),
+                helper.make_node("ConstantOfShape", [f"{name}_count"], [f"{name}_zeros"],
+                                 value=numpy_helper.from_array(np.array([0], np.int64))),
+                constant(f"{name}_right", np.array([0, right], np.int64)),
+                helper.make_node("Concat", [f"{name}_zeros", f"{name}_right"], [f"{name}_pads"], axis=0),
+                helper.make_node("Pad", ["x", f"{name}_pads"], [f"{name}_y"], mode="reflect"),
+            ],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)],
+        )
+
+    def test_both_branches_import_and_match_onnxruntime(self):
+        nodes = [helper.make_node("If", ["flag"], ["y"], then_branch=self.branch("then", 3),
+                                  else_branch=self.branch("else", 3))]
+        made = symbolic_model(
+            nodes, {"x": (TensorProto.FLOAT, ["batch", "samples"]), "flag": (TensorProto.BOOL, [])}, ["y"], {}
+        )
+        _, _, warnings = imported(made)
+        self.assertEqual(warnings, [], "the prepared graph imports (the step is not undone)")
+        x = RNG.standard_normal((2, 9)).astype(np.float32)
+        for flag in (True, False):
+            with self.subTest(flag=flag):
+                assert_close(self, made, {"x": x, "flag": np.array(flag)})
