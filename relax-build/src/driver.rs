@@ -169,6 +169,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/onnx_ops/contrib_quantized.py"),
     ),
     (
+        "relax_driver/conv1d.py",
+        include_str!("../driver/relax_driver/conv1d.py"),
+    ),
+    (
         "relax_driver/half_precision.py",
         include_str!("../driver/relax_driver/half_precision.py"),
     ),

@@ -269,6 +269,10 @@ def imported(model, request):
             f"{type(error).__name__}: {str(error)[:500]}\n{import_fix(model, request)}",
             traceback.format_exc(limit=-3),
         ) from error
+    # TVM's importer leaves a function holding an `If` in plain binding blocks, and what
+    # follows (layout conversion, the kernels' offload, fusion) rewrites dataflow blocks
+    # only: silero-vad's convolutions and LSTM matmuls stayed TVM's default loops.
+    ir_module = relax.transform.ConvertToDataflow(min_size=1)(ir_module)
     weights = None
     if external:
         ir_module, params = relax.frontend.detach_params(ir_module)
