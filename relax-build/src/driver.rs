@@ -173,6 +173,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/conv1d.py"),
     ),
     (
+        "relax_driver/symbolic_order.py",
+        include_str!("../driver/relax_driver/symbolic_order.py"),
+    ),
+    (
         "relax_driver/half_precision.py",
         include_str!("../driver/relax_driver/half_precision.py"),
     ),

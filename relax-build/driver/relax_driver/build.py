@@ -33,7 +33,7 @@ def backend_passes(target, request):
 
     from . import argument_checks, outputs, schedules
 
-    passes = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+    passes = cpu.library_dispatch_passes(target) + fused_in_order(cpu.legalize_passes(target))
     passes.append(schedules.default_schedule_pass(target))
     passes += cpu.dataflow_lower_passes(target)
     for finalize in cpu.finalize_passes(target):
@@ -43,10 +43,37 @@ def backend_passes(target, request):
     return passes + [argument_checks.drop_pass()]
 
 
+def zero_pipeline_passes():
+    """The passes of TVM's "zero" pipeline (`relax.get_pipeline("zero")` without a tuning
+    database: legalization and fusion)."""
+    from tvm import relax
+
+    return [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+
+
+def fused_in_order(passes):
+    """`passes` with, after each FuseOps, the pass that defines each symbolic dim before
+    its first use again (see symbolic_order.py)."""
+    from . import symbolic_order
+
+    ordered = []
+    for each in passes:
+        ordered.append(each)
+        if each.info.name == "FuseOps":
+            ordered.append(symbolic_order.pass_())
+    return ordered
+
+
 def compile_module(ir_module, target, request):
     """Compiles with the requested pipeline, TIR pipeline and opt level.
 
-    "zero": relax.get_pipeline("zero") as a pre-pass (constant folding, fusion), then the
+    "zero": the passes of TVM's "zero" pipeline as a pre-pass (constant folding, fusion), then the
     CPU backend pipeline; "cpu": the backend pipeline alone (both with fast exponentials,
     see fast_math.py); "default": tvm.compile's "default" pipeline alone. (Offloading, see offload.py, happened before.) With tuning
     records, TVM's static_shape_tuning pipeline with no trials (the records' schedules
@@ -78,7 +105,7 @@ def compile_module(ir_module, target, request):
                 )
                 ir_module = legalize(ir_module)
             if pipeline == "zero" and not records:
-                ir_module = relax.get_pipeline("zero")(ir_module)
+                ir_module = tvm.transform.Sequential(fused_in_order(zero_pipeline_passes()))(ir_module)
             if pipeline == "default":
                 relax_pipeline = "default"
             else:
