@@ -1,8 +1,9 @@
 """Writes the real-model corpus's data sets: for each `OUT/<name>/model.onnx` (fetched by
 `tests/corpus.rs` through relax-build) of a model in corpus.toml, its seeded inputs,
 onnxruntime's outputs as the expected ones (`test_data_set_0/`), onnxruntime's median
-time per call with two threads (`onnxruntime.json`) and the model's tolerance
-(`tolerance`), in the layout relax-conformance reads:
+time per call with two threads (`onnxruntime.json`), the model's tolerance
+(`tolerance`) and its manifest lines beside `source` (`declaration.toml`, when it has
+them), in the layout relax-conformance reads:
 
     python relax-conformance/corpus.py CORPUS_TOML OUT [NAME ...]
 """
@@ -89,6 +90,9 @@ def write_case(entry, folder):
             out.write(tensor.SerializeToString())
     with open(os.path.join(folder, "tolerance"), "w") as out:
         out.write(f"{entry.get('tolerance', 1e-4)}\n")
+    if "declaration" in entry:
+        with open(os.path.join(folder, "declaration.toml"), "w") as out:
+            out.write(entry["declaration"] + "\n")
     with open(os.path.join(folder, "onnxruntime.json"), "w") as out:
         json.dump({"time_us": median_time_us(session, feeds), "threads": 2}, out)
     with open(os.path.join(folder, "summary.json"), "w") as out:

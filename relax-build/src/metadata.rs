@@ -303,12 +303,17 @@ impl Model {
     /// A model declared in code rather than a manifest: `source` with every default
     /// (used by the conformance runner for `.onnx` files, and by tools).
     pub fn from_source(name: &str, source: &Path, entry: Option<&str>) -> Result<Model> {
+        let entry = entry.map(|entry| format!("entry = {entry:?}\n"));
+        Model::from_declaration(name, source, entry.as_deref().unwrap_or(""))
+    }
+
+    /// A model declared in code with `source` and more keys of its manifest table
+    /// (`declaration`: TOML lines such as `inputs.main = { x = "float32[1, 3]" }`).
+    pub fn from_declaration(name: &str, source: &Path, declaration: &str) -> Result<Model> {
         let dir = source.parent().unwrap_or(Path::new("."));
         let file = source.file_name().unwrap_or_default().to_string_lossy();
-        let mut text = format!("[package.metadata.relax.models.{name}]\nsource = {file:?}\n");
-        if let Some(entry) = entry {
-            text.push_str(&format!("entry = {entry:?}\n"));
-        }
+        let text =
+            format!("[package.metadata.relax.models.{name}]\nsource = {file:?}\n{declaration}\n");
         let manifest_path = dir.join("(declared in code)");
         parse(&text, dir, &manifest_path)?.into_only_model(&manifest_path)
     }

@@ -16,7 +16,9 @@
 //! |actual - expected| <= 1e-5 + 1e-3 * |expected| (integers and booleans exactly), or,
 //! with `--tolerance T`, <= T * (1 + |expected|); float16 and bfloat16 outputs may
 //! differ by four units in the last place of their type (see `half_precision_slack`).
-//! A case folder may hold a `tolerance` file (one number, T as above) for itself.
+//! A case folder may hold a `tolerance` file (one number, T as above) for itself, and a
+//! `declaration.toml` of manifest lines for its model beside `source` (e.g. `inputs.main
+//! = { x = "float32[1, 512]" }`: the model is built as an app declaring them would).
 //! `--time` also times each passing case on its first data set (the median of about a
 //! second of calls) and prints, after its name, the largest error (|actual - expected|
 //! / (1 + |expected|)), the time and, when the case folder has an `onnxruntime.json`
@@ -36,6 +38,10 @@ use std::sync::Mutex;
 use relax_build::tooling::{self, Model, StandaloneModel};
 use relax_build::{Config, Error as BuildError};
 use relax_runtime::{DType, Device, Output, Session, Tensor};
+
+/// A case folder's optional manifest lines for its model beside `source` (pinned
+/// input dims, say), read as the model's table of a Cargo manifest.
+const DECLARATION: &str = "declaration.toml";
 
 /// How far a float output may be from the expected one: `absolute + relative * |expected|`.
 #[derive(Clone, Copy)]
@@ -450,7 +456,8 @@ fn run_case(
     tolerance: Tolerance,
     time: bool,
 ) -> Outcome {
-    let mut model = match Model::from_source("model", &case.join("model.onnx"), None) {
+    let declaration = std::fs::read_to_string(case.join(DECLARATION)).unwrap_or_default();
+    let mut model = match Model::from_declaration("model", &case.join("model.onnx"), &declaration) {
         Ok(model) => model,
         Err(error) => return Outcome::Fail(first_line(&error.to_string())),
     };

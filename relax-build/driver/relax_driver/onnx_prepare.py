@@ -130,6 +130,9 @@ def fold_constants(model):
     graph_inputs = {value.name for value in graph.input}
     weights = weight_values(graph)
     opsets = list(model.opset_import)
+    # Shape inference (for `Size`s and the Ifs' branches) only for graphs that have them.
+    needs_shapes = any(node.op_type == "Size" or subgraphs_of(node) for node in graph.node)
+    shapes = static_shapes(model) if needs_shapes else {}
     kept, folded_outputs = [], []
     for node in graph.node:
         inputs = [name for name in node.input if name]
@@ -141,13 +144,15 @@ def fold_constants(model):
         )
         unlimited = node.op_type == "Constant" or any(name in weights for name in node.output)
         outputs = evaluate(node, known, opsets, helper, ReferenceEvaluator, unlimited) if foldable else None
+        if outputs is None and node.op_type == "Size":
+            outputs = shape_value(node, shapes)
         if outputs is None:
             kept.append(node)
             continue
         for name, value in outputs.items():
             known[name] = value
             folded_outputs.append(name)
-    folded_inside = sum(fold_branches(node, known, opsets) for node in kept)
+    folded_inside = sum(fold_branches(node, known, opsets, shapes) for node in kept)
     if len(kept) == len(graph.node):
         return folded_inside
     used = {name for node in kept for name in (*node.input, *subgraph_reads(node))}
@@ -162,15 +167,67 @@ def fold_constants(model):
     return folded + folded_inside
 
 
-def fold_branches(node, outer, opsets):
+def subgraphs_of(node):
+    """The graphs of `node`'s attributes (an `If`'s branches, a `Loop`'s body)."""
+    graphs = []
+    for attribute in node.attribute:
+        graphs.extend([attribute.g] if attribute.HasField("g") else list(attribute.graphs))
+    return graphs
+
+
+def static_shapes(model):
+    """{value name: dims} for the values of the model, its subgraphs' included, whose
+    dims ONNX's shape inference finds all known (it infers inside branches, where
+    onnxslim does not)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # a graph the inference refuses: no shapes, nothing folded by them
+        return {}
+    shapes = {}
+
+    def collect(graph):
+        for value in (*graph.input, *graph.value_info, *graph.output):
+            tensor = value.type.tensor_type
+            if tensor.HasField("shape") and all(dim.HasField("dim_value") for dim in tensor.shape.dim):
+                shapes[value.name] = [dim.dim_value for dim in tensor.shape.dim]
+        for node in graph.node:
+            for subgraph in subgraphs_of(node):
+                collect(subgraph)
+
+    collect(inferred.graph)
+    return shapes
+
+
+def shape_value(node, shapes):
+    """The output of a `Shape` or `Size` node whose input has static dims (`shapes`),
+    else None. (`Size` of a `Shape` is the rank, known when the dims are not: TVM's
+    importer refuses a `Size` of a shape, silero-vad's test of its LSTM input's rank.)"""
+    import numpy as np
+
+    if node.op_type not in ("Shape", "Size") or node.domain not in ("", "ai.onnx") or node.input[0] not in shapes:
+        return None
+    dims = shapes[node.input[0]]
+    if node.op_type == "Size":
+        return {node.output[0]: np.array(int(np.prod(dims, dtype=np.int64)), np.int64)}
+    bounds = {attribute.name: attribute.i for attribute in node.attribute}
+    start, end = bounds.get("start", 0), bounds.get("end", len(dims))
+    return {node.output[0]: np.array(dims[start:end], np.int64)}
+
+
+def fold_branches(node, outer, opsets, shapes=None):
     """Folds, in place, the nodes of `node`'s graphs (an `If`'s branches, a `Loop`'s
     body) whose inputs are constants of the graph itself or of the graphs around it
-    (`outer`, by name), into initializers of that graph; returns how many. Silero's VAD
-    computes its `Pad`'s pads from `Constant`s inside an `If` branch, which TVM's
-    importer takes only as a constant ("Dynamic pads are not supported yet")."""
+    (`outer`, by name), and their `Shape`s of tensors whose dims shape inference knows
+    (`shapes`), into initializers of that graph; returns how many. Silero's VAD computes
+    its `Pad`'s pads from `Constant`s inside an `If` branch, which TVM's importer takes
+    only as a constant ("Dynamic pads are not supported yet"), and the conditions of the
+    `If`s nested in its branches from the shapes there."""
     from onnx import helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
+    shapes = shapes or {}
     count = 0
     for attribute in node.attribute:
         for graph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
@@ -187,12 +244,15 @@ def fold_branches(node, outer, opsets):
                     and all(name in known for name in names)
                 )
                 outputs = evaluate(inner, known, opsets, helper, ReferenceEvaluator, True) if foldable else None
+                if outputs is None and node.op_type == "If":
+                    # (A Loop body's shapes may change from one iteration to the next.)
+                    outputs = shape_value(inner, shapes)
                 if outputs is None:
                     kept.append(inner)
                     continue
                 known.update(outputs)
                 folded.extend(outputs)
-            count += sum(fold_branches(inner, known, opsets) for inner in kept)
+            count += sum(fold_branches(inner, known, opsets, shapes) for inner in kept)
             if len(kept) == len(graph.node):
                 continue
             used = {name for inner in kept for name in (*inner.input, *subgraph_reads(inner))}
@@ -292,16 +352,26 @@ def sums_to_adds(model):
 
 
 def inline_constant_ifs(model):
-    """Replaces, in place, every `If` of the main graph whose condition is an initializer
-    by the nodes of the branch it takes (and Identity nodes from the branch's outputs to
-    the If's): one branch, no control flow left to import. Returns how many were inlined."""
+    """Replaces, in place, every `If` whose condition is an initializer (of its graph or
+    of a graph around it) by the nodes of the branch it takes (and Identity nodes from
+    the branch's outputs to the If's): one branch, no control flow left to import. Ifs
+    nested in the branches of another (whose condition is known only at run time:
+    silero-vad's sample rate) are inlined in those branches. Returns how many were
+    inlined."""
+    return inlined_in(model.graph, {})
+
+
+def inlined_in(graph, outer):
     from onnx import helper, numpy_helper
 
-    graph = model.graph
-    known = {init.name: init for init in graph.initializer}
+    known = dict(outer)
+    known.update({init.name: init for init in graph.initializer})
     nodes, inlined = [], 0
     for node in graph.node:
         if node.op_type != "If" or node.domain not in ("", "ai.onnx") or node.input[0] not in known:
+            for attribute in node.attribute:
+                for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                    inlined += inlined_in(subgraph, known)
             nodes.append(node)
             continue
         taken = "then_branch" if numpy_helper.to_array(known[node.input[0]]).all() else "else_branch"
@@ -311,7 +381,7 @@ def inline_constant_ifs(model):
         for branch_output, output in zip(branch.output, node.output):
             nodes.append(helper.make_node("Identity", [branch_output.name], [output], name=f"{node.name or output}/{taken}"))
         inlined += 1
-    if inlined:
+    if nodes != list(graph.node):
         del graph.node[:]
         graph.node.extend(nodes)
     return inlined
@@ -326,10 +396,22 @@ def prepare(model):
     fold_constants(model)
     prepared = slim(model, warnings)
     fold_constants(prepared)
-    if inline_constant_ifs(prepared):
+    # An inlined branch may make its nodes' shapes known (a squeeze taken or not), and
+    # their shapes the conditions of the Ifs nested in it: shape inference and folding
+    # again, while Ifs are inlined (silero-vad nests three levels).
+    for _ in range(MAX_INLINING_ROUNDS):
+        if not inline_constant_ifs(prepared):
+            break
+        fold_constants(prepared)
+        prepared = slim(prepared, warnings)
         fold_constants(prepared)
     sums_to_adds(prepared)
     return prepared, warnings
+
+
+# Rounds of inlining Ifs, shape inference and folding (each round inlines every If whose
+# condition is known, at every depth reached so far).
+MAX_INLINING_ROUNDS = 8
 
 
 # Operator domains only onnxruntime implements (its contrib operators, which its graph
