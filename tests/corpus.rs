@@ -147,8 +147,9 @@ fn real_exports_build_from_their_source_and_match_onnxruntime() {
             .iter()
             .map(|entry| {
                 let opset = entry.table.get("opset").and_then(Value::as_integer);
-                let opset = opset
-                    .unwrap_or_else(|| panic!("corpus.toml: export `{}` has no `opset`", entry.name));
+                let opset = opset.unwrap_or_else(|| {
+                    panic!("corpus.toml: export `{}` has no `opset`", entry.name)
+                });
                 format!("{}:{}:{opset}", entry.name, entry.text("export"))
             })
             .collect();

@@ -115,6 +115,7 @@ mod tensor;
 #[cfg(feature = "ndarray")]
 mod tensor_ndarray;
 mod threads;
+mod unbuilt_branch;
 mod vm;
 mod weights;
 

@@ -1,5 +1,5 @@
 //! Loading TVM's runtime, once per process, with relax-runtime's parallel launch,
-//! kernels and output allocator registered before any model loads (so that `api` needs
+//! kernels, output allocator and unbuilt-branch error registered before any model loads (so that `api` needs
 //! nothing of them).
 
 use crate::api::{self, Api};
@@ -9,6 +9,7 @@ use crate::kernels;
 use crate::locate::Hints;
 use crate::outputs;
 use crate::set_ops;
+use crate::unbuilt_branch;
 
 /// The loaded runtime (loading it and registering relax-runtime's globals on first use).
 pub(crate) fn load(hints: &Hints<'_>) -> Result<&'static Api> {
@@ -19,5 +20,6 @@ fn register(api: &Api) -> std::result::Result<(), String> {
     backend::register(api)?;
     kernels::register(api)?;
     set_ops::register(api)?;
+    unbuilt_branch::register(api)?;
     outputs::register(api)
 }

@@ -735,18 +735,33 @@ class Block:
         return packed("relax_runtime.conv2d_bn", new_args, tensor_type(item))
 
 
+def branches(binding):
+    """The bodies (SeqExprs) of the If `binding` binds, else []."""
+    value = binding.value if isinstance(binding, relax.VarBinding) else None
+    if isinstance(value, relax.If):
+        return [value.true_branch, value.false_branch]
+    return []
+
+
 def count_uses(function):
-    """How many bindings (and the function's result) use each variable."""
+    """How many bindings (and the function's result) use each variable, the bindings in
+    If branches included."""
     uses = {}
 
     def add(expr):
         for var in relax.analysis.free_vars(expr):
             uses[var] = uses.get(var, 0) + 1
 
-    for block in function.body.blocks:
-        for binding in block.bindings:
-            add(binding.value)
-    add(function.body.body)
+    def count(seq):
+        for block in seq.blocks:
+            for binding in block.bindings:
+                inner = branches(binding)
+                add(binding.value.cond if inner else binding.value)
+                for branch in inner:
+                    count(branch)
+        add(seq.body)
+
+    count(function.body)
     return uses
 
 
@@ -759,39 +774,75 @@ def defines_symbolic_dims(binding):
 
 
 def without_unused_bindings(function):
-    """The function with the dataflow bindings nothing uses removed (transitively)."""
+    """The function with the dataflow bindings nothing uses removed (transitively), in
+    If branches too."""
+    body = seq_without_unused_bindings(function.body)
+    if body is None:
+        return function
+    return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+
+
+def seq_without_unused_bindings(seq):
+    """`seq` without its unused dataflow bindings, or None when it has none."""
 
     def dead(binding):
         return (
             isinstance(binding.var, relax.DataflowVar) and binding.var not in used and not defines_symbolic_dims(binding)
         )
 
-    used = set(relax.analysis.free_vars(function.body.body))
-    for block in reversed(function.body.blocks):
+    used = set(relax.analysis.free_vars(seq.body))
+    for block in reversed(seq.blocks):
         for binding in reversed(block.bindings):
             if not dead(binding):
                 used.update(relax.analysis.free_vars(binding.value))
     blocks = []
     changed = False
-    for block in function.body.blocks:
-        kept = [b for b in block.bindings if not dead(b)]
-        changed |= len(kept) != len(block.bindings)
+    for block in seq.blocks:
+        kept = []
+        for binding in block.bindings:
+            if dead(binding):
+                changed = True
+                continue
+            inner = branches(binding)
+            pruned = [seq_without_unused_bindings(branch) for branch in inner]
+            if any(branch is not None for branch in pruned):
+                true_branch, false_branch = (new or old for new, old in zip(pruned, inner))
+                binding = relax.VarBinding(binding.var, relax.If(binding.value.cond, true_branch, false_branch))
+                changed = True
+            kept.append(binding)
         blocks.append(relax.DataflowBlock(kept) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(kept))
-    if not changed:
-        return function
-    body = relax.SeqExpr(blocks, function.body.body)
-    return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+    return relax.SeqExpr(blocks, seq.body) if changed else None
 
 
 def rewrite_function(function, module):
     # Unused bindings (a batch norm's running statistics) would count as uses.
     function = without_unused_bindings(function)
     uses = count_uses(function)
+    body = rewrite_seq(function.body, uses, module)
+    if body is None:
+        return function
+    # The bindings the folding left unused go.
+    return without_unused_bindings(relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs))
+
+
+def rewrite_seq(seq, uses, module):
+    """`seq` with its dataflow blocks' bindings rewritten to kernel calls, those in the
+    branches of its Ifs too (TVM's importer gives each If branch its own scope, see
+    onnx_ops/control_flow.py); None when nothing was."""
     blocks = []
     changed = False
-    for block in function.body.blocks:
+    for block in seq.blocks:
         if not isinstance(block, relax.DataflowBlock):
-            blocks.append(block)
+            bindings = []
+            for binding in block.bindings:
+                inner = branches(binding)
+                rewritten = [rewrite_seq(branch, uses, module) for branch in inner]
+                if any(branch is not None for branch in rewritten):
+                    true_branch, false_branch = (new or old for new, old in zip(rewritten, inner))
+                    binding = relax.VarBinding(binding.var, relax.If(binding.value.cond, true_branch, false_branch))
+                    changed = True
+                bindings.append(binding)
+            blocks.append(relax.BindingBlock(bindings))
             continue
         state = Block(uses, module)
         bindings = []
@@ -807,11 +858,7 @@ def rewrite_function(function, module):
             state.values[binding.var] = value
             bindings.append(relax.VarBinding(binding.var, value))
         blocks.append(relax.DataflowBlock(bindings))
-    if not changed:
-        return function
-    body = relax.SeqExpr(blocks, function.body.body)
-    # The bindings the folding left unused go.
-    return without_unused_bindings(relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs))
+    return relax.SeqExpr(blocks, seq.body) if changed else None
 
 
 def take_weights_otherwise(function, weight_rank, fits, new_dims, adjust=None):

@@ -203,13 +203,13 @@ def load(request):
     model = read_model(source_path)
     pin_inputs(model, request["inputs"], source_path)
     if not request.get("onnx_prepare", True):
-        return (*imported(model, request), [])
+        return imported(model, request)
     prepared, warnings = onnx_prepare.prepare(copy.deepcopy(model))
     try:
-        ir_module, weights = imported(prepared, request)
+        ir_module, weights, notes = imported(prepared, request)
     except DriverError as prepared_error:
         try:
-            ir_module, weights = imported(model, request)
+            ir_module, weights, notes = imported(model, request)
         except DriverError:
             raise prepared_error from None
         first_line = prepared_error.message.splitlines()[0][:300]
@@ -217,12 +217,12 @@ def load(request):
             f"the ONNX preparation step was undone: the prepared graph did not import ({first_line}), "
             "the graph as it was did"
         )
-    return ir_module, weights, warnings
+    return ir_module, weights, warnings + notes
 
 
 def imported(model, request):
-    """The (IRModule, weights or None) of TVM's importer on `model`; a DriverError naming
-    the operators it has no converter for or failed on."""
+    """The (IRModule, weights or None, warnings) of TVM's importer on `model`; a
+    DriverError naming the operators it has no converter for or failed on."""
     import onnx
     import tvm
     from tvm import relax
@@ -279,7 +279,7 @@ def imported(model, request):
         arrays = [value.numpy() for value in params.get("main", [])]
         ir_module, arrays, _ = weight_transforms.precomputed(ir_module, arrays)
         ir_module, weights = scalars_bound(ir_module, arrays)
-    return ir_module, weights
+    return ir_module, weights, list(converting.unbuilt_branches)
 
 
 def failure_reason(error):

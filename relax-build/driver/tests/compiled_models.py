@@ -5,6 +5,7 @@ import numpy as np
 import tvm
 
 from relax_driver import bindings, build, outputs
+from relax_driver.onnx_ops.control_flow import UNBUILT_BRANCH
 
 
 def host_output(shape, dtype):
@@ -13,8 +14,15 @@ def host_output(shape, dtype):
     return tvm.runtime.tensor(np.zeros([int(size) for size in shape], str(dtype)))
 
 
+def unbuilt_branch(message):
+    """What relax-runtime's `relax_runtime.unbuilt_branch` does: fail with the message."""
+    raise RuntimeError(str(message))
+
+
 # A model compiled for a CPU target calls it for the tensors it returns (see outputs.py).
 tvm.register_global_func(outputs.OUTPUT, host_output, override=True)
+# And this for an If branch the driver could not build (onnx_ops/control_flow.py).
+tvm.register_global_func(UNBUILT_BRANCH, unbuilt_branch, override=True)
 
 
 def compiled(module, target):

@@ -428,3 +428,33 @@ class RecurrentWeights(unittest.TestCase):
         self.assertTrue(calls[0].args[1].fields[1].same_as(function.params[index]))
         ops = {offload.op_name(binding.value) for block in function.body.blocks for binding in block.bindings}
         self.assertNotIn("relax.permute_dims", ops)
+
+
+class InsideIfBranches(unittest.TestCase):
+    """TVM's importer, as the driver lends it (onnx_ops/control_flow.py), converts each
+    If branch into a scope of its own: the offload rewrites the bindings there too."""
+
+    def test_a_matmul_in_a_branch_becomes_a_kernel_call_and_its_bias_folds(self):
+        normalize = relax.BlockBuilder().normalize
+        x = relax.Var("x", relax.TensorType([2, 8], "float32"))
+        w = relax.Var("w", relax.TensorType([8, 4], "float32"))
+        b = relax.Var("b", relax.TensorType([4], "float32"))
+        flag = relax.Var("flag", relax.TensorType([], "bool"))
+        product = relax.DataflowVar("product", relax.TensorType([2, 4], "float32"))
+        biased = relax.Var("biased", relax.TensorType([2, 4], "float32"))
+        branch = relax.SeqExpr(
+            [relax.DataflowBlock([
+                relax.VarBinding(product, normalize(relax.op.matmul(x, w))),
+                relax.VarBinding(biased, normalize(relax.op.add(product, b))),
+            ])],
+            biased,
+        )
+        chosen = relax.Var("chosen", relax.TensorType([2, 4], "float32"))
+        choice = relax.If(flag, branch, relax.SeqExpr([], x))
+        body = relax.SeqExpr([relax.BindingBlock([relax.VarBinding(chosen, choice)])], chosen)
+        function = relax.Function([x, w, b, flag], body, relax.TensorType(ndim=2, dtype="float32"))
+        rewritten = offload.rewrite_function(function, None)
+        text = str(rewritten)
+        self.assertIn("relax_runtime.dense_bias", text)
+        self.assertNotIn("R.matmul", text)
+        self.assertNotIn("R.add", text)

@@ -38,6 +38,8 @@ class Converting:
 
     def __init__(self):
         self.nodes = []
+        # The If branches built as raising an error if taken (control_flow.unbuilt_branch).
+        self.unbuilt_branches = []
 
 
 def recorded(op_type, base, converting):
@@ -65,7 +67,8 @@ def recorded(op_type, base, converting):
 @contextlib.contextmanager
 def registered():
     """TVM's ONNX importer, for the `with` block, uses `convert_map()`, each converter
-    noting its node in the `Converting` the block gives."""
+    noting its node in the `Converting` the block gives, and converts each `If` branch
+    in a scope of its own (`control_flow.branch_scoped`)."""
     from tvm.relax.frontend.onnx import onnx_frontend
 
     original = onnx_frontend._get_convert_map
@@ -80,11 +83,15 @@ def registered():
             table.update({op_type: recorded(op_type, cls, converting) for op_type, cls in base.items()})
         return table
 
+    importer = onnx_frontend.ONNXGraphImporter
+    convert_subgraph = importer._convert_subgraph
     onnx_frontend._get_convert_map = extended
+    importer._convert_subgraph = control_flow.branch_scoped(convert_subgraph, converting)
     try:
         yield converting
     finally:
         onnx_frontend._get_convert_map = original
+        importer._convert_subgraph = convert_subgraph
 
 
 # The modules of this package fill CONVERTERS (no two convert the same operator).

@@ -1,10 +1,13 @@
 """ONNX's control flow: If, Loop and Scan.
 
 TVM's importer converts `If` itself (before any converter is asked): it converts both
-branches into the enclosing scope and selects the result with a `relax.If`. The `If`
-entry here only tells the supported-operator check that the importer handles it; an
-`If` whose condition is a constant after the preparation step is folded there to its
-branch (onnx_prepare.inline_constant_ifs).
+branches and selects the result with a `relax.If`. It converts them into the enclosing
+scope, so that both ran at every call (silero-vad computed its 16 and 8 kHz paths); with
+`branch_scoped` (which `onnx_ops.registered` lends the importer) each branch is
+converted into a binding block of its own, the body of its side of the `relax.If`, and
+only the branch taken runs. The `If` entry here only tells the supported-operator check
+that the importer handles it; an `If` whose condition is a constant after the
+preparation step is folded there to its branch (onnx_prepare.inline_constant_ifs).
 
 `Scan` is unrolled over its scanned dim, which must be static, and so is a `Loop` whose
 trip count is a constant and whose condition stays a constant true. Each step's body is
@@ -43,6 +46,103 @@ def calling_importer():
     raise RuntimeError("a control-flow converter was called outside TVM's ONNX importer")
 
 
+def branch_scoped(convert_subgraph, converting):
+    """`ONNXGraphImporter._convert_subgraph` (`convert_subgraph`) converting each graph
+    into a binding block of its own and returning `SeqExpr([block], result)`: TVM's
+    importer makes that the branch of its `relax.If`. `run_body` (a Loop's or Scan's
+    unrolled steps, which belong to the enclosing scope) calls `convert_subgraph` itself,
+    as `.unscoped`.
+
+    A branch that cannot be converted while the other can, under a condition known only
+    at run time and with every input dim known (a branch that cannot be built then
+    cannot run with those dims), becomes `unbuilt_branch`: the model builds, and taking
+    that branch raises an error naming it (onnxruntime, too, fails only when it runs
+    such a branch: silero-vad's 8 kHz branch cannot run a 16 kHz chunk's length). A description of each
+    goes to `converting.unbuilt_branches` (`onnx_ops.Converting`), for the build's
+    warnings."""
+    converted_types = {}
+
+    def scoped(self, bb, graph):
+        depth = len(converting.nodes)
+        bb._begin_binding_block()
+        try:
+            result = convert_subgraph(self, bb, graph)
+        except Exception as error:
+            bb._end_block()
+            failed = converting.nodes[depth:]
+            caller = sys._getframe(1).f_locals
+            converted = unbuilt_branch(self, bb, graph, error, failed, caller, converted_types, scoped)
+            # The failed node is no longer being converted (nor what held it).
+            del converting.nodes[depth:]
+            converting.unbuilt_branches.append(converted.args[1].value)
+            return converted
+        block = bb._end_block()
+        converted = relax.SeqExpr([block], result) if block.bindings else result
+        converted_types[id(graph)] = bb.normalize(converted).ty
+        return converted
+
+    scoped.unscoped = convert_subgraph
+    return scoped
+
+
+# relax-runtime's function that fails with its message (`relax_runtime::backend`).
+UNBUILT_BRANCH = "relax_runtime.unbuilt_branch"
+
+
+def unbuilt_branch(importer, bb, graph, error, failed, caller, converted_types, convert):
+    """A branch that raises its build error at run time, in place of `graph`, a branch
+    of the If node the importer (`caller`, its frame's locals) is converting, which
+    failed converting the nodes `failed` ((op type, name), outermost first); or `error`
+    raised again when the If's condition is a constant, when `graph` is no branch of it,
+    or when the other branch cannot be converted either."""
+    node, attr, inputs = caller.get("node"), caller.get("attr") or {}, caller.get("inputs")
+    branches = {"then": attr.get("then_branch"), "else": attr.get("else_branch")}
+    side = next((name for name, branch in branches.items() if branch is graph), None)
+    if node is None or node.op_type != "If" or side is None or not inputs or constant_value(inputs[0]) is not None:
+        raise error
+    if not inputs_static(importer):
+        # With a dim left symbolic, the branch may be one that runs for some of its
+        # values (a squeeze of a time dim of 1): the error and its fix, a pin, stand.
+        raise error
+    other = branches["else" if side == "then" else "then"]
+    other_type = converted_types.get(id(other))
+    if other_type is None:
+        bb._begin_binding_block()
+        try:
+            other_type = bb.normalize(convert(importer, bb, other)).ty
+        except Exception:
+            raise error from None
+        finally:
+            bb._end_block()
+    reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+    where = f" on node `{failed[-1][1]}` ({failed[-1][0]})" if failed else ""
+    message = (
+        f"the {side} branch of If node `{node.name}` was not built: converting it failed{where} with {reason}; "
+        "it cannot run with the input dims the model was built for"
+    )
+    return relax.call_pure_packed(UNBUILT_BRANCH, tvm.ir.StringImm(message), ty_args=erased(other_type))
+
+
+def inputs_static(importer):
+    """Whether every dim of the graph's inputs is known (pinned or static)."""
+    for value in importer._inputs.values():
+        shape = getattr(getattr(value, "ty", None), "shape", None)
+        if not isinstance(shape, relax.ShapeExpr) or not all(isinstance(dim, tirx.IntImm) for dim in shape.values):
+            return False
+    return True
+
+
+def erased(ty):
+    """`ty` with its tensors' dims forgotten (their rank and dtype kept): an unbuilt
+    branch's result, never made, takes the other's type without the dims that branch
+    defines."""
+    if isinstance(ty, relax.TupleType):
+        return relax.TupleType([erased(field) for field in ty.fields])
+    if isinstance(ty, relax.TensorType):
+        return relax.TensorType(ndim=ty.ndim, dtype=ty.dtype)
+    return ty
+
+
 def run_body(importer, bb, body, values, outer=None):
     """The outputs (a list) of the subgraph `body` with its inputs bound to `values` (and
     the outer values it names to `outer`, by name, where given), its bindings emitted
@@ -53,7 +153,8 @@ def run_body(importer, bb, body, values, outer=None):
     for graph_input, value in zip(body.input, values):
         importer._nodes[graph_input.name] = value
     try:
-        result = importer._convert_subgraph(bb, body)
+        convert = importer._convert_subgraph
+        result = getattr(convert, "unscoped", type(importer)._convert_subgraph)(importer, bb, body)
     finally:
         importer._nodes, importer.bb = saved, saved_builder
     if isinstance(result, relax.Tuple):
