@@ -399,12 +399,32 @@ def clip_as_extrema(clip):
     return relax.op.minimum(lower, relax.const(bounds[1], ty.dtype))
 
 
+def stacks_as_concatenations(function):
+    """`function` with each `stack` of a tuple written as the concatenation of its
+    tensors each given the new axis (the same values): TVM 0.27's ConvertLayout fails on
+    any `stack` ("Invalid SLayout: can't find S in source layout ABC"; magika's layer
+    norms stack their variance with zeros), convolutions or not."""
+
+    @relax.expr_functor.mutator
+    class Rewrite(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", None) != "relax.stack" or not isinstance(call.args[0], relax.Tuple):
+                return call
+            axis = int(call.attrs.axis)
+            parts = [self.builder_.emit(relax.op.expand_dims(field, [axis])) for field in call.args[0].fields]
+            return relax.op.concat(parts, axis=axis)
+
+    return Rewrite().visit_expr(function)
+
+
 def prepared(ir_module):
-    """The module as ConvertLayout carries it best: batch norms decomposed, per-channel
-    operands of rank 4, clamps as ops (see the module's doc)."""
+    """The module as ConvertLayout carries it best: batch norms decomposed, stacks as
+    concatenations, per-channel operands of rank 4, clamps as ops (see the module's
+    doc)."""
     module = relax.transform.DecomposeOpsForInference()(ir_module)
     functions = {
-        global_var: clamp_ops(channel_operands(function), module)
+        global_var: clamp_ops(channel_operands(stacks_as_concatenations(function)), module)
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr)
         else function
         for global_var, function in module.functions.items()

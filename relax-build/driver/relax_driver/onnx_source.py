@@ -269,10 +269,7 @@ def imported(model, request):
             f"{type(error).__name__}: {str(error)[:500]}\n{import_fix(model, request)}",
             traceback.format_exc(limit=-3),
         ) from error
-    # TVM's importer leaves a function holding an `If` in plain binding blocks, and what
-    # follows (layout conversion, the kernels' offload, fusion) rewrites dataflow blocks
-    # only: silero-vad's convolutions and LSTM matmuls stayed TVM's default loops.
-    ir_module = relax.transform.ConvertToDataflow(min_size=1)(ir_module)
+    ir_module = main_in_dataflow_blocks(ir_module)
     weights = None
     if external:
         ir_module, params = relax.frontend.detach_params(ir_module)
@@ -280,6 +277,27 @@ def imported(model, request):
         ir_module, arrays, _ = weight_transforms.precomputed(ir_module, arrays)
         ir_module, weights = scalars_bound(ir_module, arrays)
     return ir_module, weights, list(converting.unbuilt_branches)
+
+
+def main_in_dataflow_blocks(ir_module):
+    """`ir_module` with the pure bindings of `main` in dataflow blocks: TVM's importer
+    leaves a function holding an `If` in plain binding blocks, and what follows (layout
+    conversion, the kernels' offload, fusion) rewrites dataflow blocks only
+    (silero-vad's convolutions and LSTM matmuls stayed TVM's default loops). The
+    recursive functions of run-time Loops (onnx_ops/control_flow.py) stay as they are:
+    TVM's fusion fails on them so converted ("Variable ... could not be found in any
+    group", ONNX's test_loop11)."""
+    import tvm
+    from tvm import relax
+
+    main = ir_module.get_global_var("main")
+    alone = tvm.IRModule({main: ir_module[main]})
+    converted = relax.transform.ConvertToDataflow(min_size=1)(alone)[main]
+    if converted.same_as(ir_module[main]):
+        return ir_module
+    ir_module = ir_module.clone() if hasattr(ir_module, "clone") else ir_module
+    ir_module[main] = converted
+    return ir_module
 
 
 def failure_reason(error):

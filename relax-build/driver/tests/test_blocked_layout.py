@@ -673,3 +673,39 @@ class Blocked(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@tvm.script.ir_module
+class StackedStatistics:
+    """A convolution whose output's spatial variance, clamped at 0 by a `max` over a
+    `stack` with zeros (as jax2tf writes layer norms: magika's model), scales it."""
+
+    @R.function
+    def main(x: R.Tensor((1, 16, 14, 14), "float32"), w: R.Tensor((32, 16, 3, 3), "float32")):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            y = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
+            variance = R.variance(y, axis=[2, 3], keepdims=True)
+            stacked = R.stack((R.zeros_like(variance), variance), axis=0)
+            clamped = R.max(stacked, axis=[0])
+            out = R.divide(y, R.add(clamped, R.const(1.0, "float32")))
+            R.output(out)
+        return out
+
+
+class Stacks(unittest.TestCase):
+    def test_a_stack_no_longer_keeps_the_module_nchw(self):
+        warnings = []
+        converted, blocked, _ = blocked_layout.convert(StackedStatistics, X86, warnings)
+        self.assertEqual(warnings, [])
+        self.assertNotIn("R.stack", str(blocked_layout.prepared(StackedStatistics)))
+
+    def test_its_values_are_the_stacks(self):
+        prepared = blocked_layout.prepared(StackedStatistics)
+        x = np.random.default_rng(3).standard_normal((1, 16, 14, 14)).astype(np.float32)
+        w = np.random.default_rng(4).standard_normal((32, 16, 3, 3)).astype(np.float32)
+        results = []
+        for module in (StackedStatistics, prepared):
+            vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
+            results.append(vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w)).numpy())
+        np.testing.assert_allclose(results[1], results[0], rtol=1e-6)

@@ -128,7 +128,16 @@ def sliced_to_the_end(values):
     ]
     if not any(open_ended) or 0 in steps:
         return None
-    ends = [dims[axis] if open else end for axis, end, open in zip(axes, ends, open_ended)]
+    # An axis sliced from 0 to its end by 1 is left alone (a slice of no axis is the
+    # tensor itself: jax2tf slices every axis so); the others end at their dims.
+    kept = [
+        (axis, start, dims[axis] if open else end, step)
+        for axis, start, end, step, open in zip(axes, starts, ends, steps, open_ended)
+        if not (open and start == 0 and step == 1)
+    ]
+    if not kept:
+        return data
+    axes, starts, ends, steps = (list(part) for part in zip(*kept))
     return relax.op.strided_slice(data, axes, starts, ends, steps, assume_inbound=False)
 
 
