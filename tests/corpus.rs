@@ -86,7 +86,12 @@ fn results(stdout: &str) -> BTreeMap<String, (String, String)> {
     found
 }
 
-/// A table row: model, what, opset and nodes, inputs, outcome, max error and times.
+/// The operator types a table row names, the most used first (`Constant` nodes left
+/// out).
+const MOST_USED: usize = 6;
+
+/// A table row: model, what, opset and nodes, operators, inputs, outcome, max error and
+/// times.
 fn row(entry: &Entry, case: &Path, result: Option<&(String, String)>) -> String {
     let summary: serde_json::Value = std::fs::read(case.join("summary.json"))
         .ok()
@@ -104,6 +109,18 @@ fn row(entry: &Entry, case: &Path, result: Option<&(String, String)>) -> String 
         })
         .unwrap_or_default();
     let graph = format!("opset {}, {} nodes", summary["opset"], summary["nodes"]);
+    let operators = summary["operators"]
+        .as_array()
+        .map(|operators| {
+            operators
+                .iter()
+                .filter(|entry| entry[0] != "Constant")
+                .take(MOST_USED)
+                .filter_map(|entry| Some(format!("{} {}", entry[0].as_str()?, entry[1])))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
     let (outcome, detail) = match result {
         Some((word, detail)) if word == "PASS" => ("builds, matches".to_string(), detail.clone()),
         Some((word, detail)) => (
@@ -113,7 +130,7 @@ fn row(entry: &Entry, case: &Path, result: Option<&(String, String)>) -> String 
         None => ("not run".to_string(), String::new()),
     };
     format!(
-        "| {} | {} | {graph} | {inputs} | {outcome} | {detail} |",
+        "| {} | {} | {graph} | {operators} | {inputs} | {outcome} | {detail} |",
         entry.name, entry.what
     )
 }
@@ -192,8 +209,8 @@ fn real_exports_build_from_their_source_and_match_onnxruntime() {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let found = results(&stdout);
     let mut table = vec![
-        "| model | what | graph | inputs (as the graph declares them) | outcome | max error, time (2 threads) vs onnxruntime |".to_string(),
-        "|---|---|---|---|---|---|".to_string(),
+        "| model | what | graph | operators (most used first) | inputs (as the graph declares them) | outcome | max error, time (2 threads) vs onnxruntime |".to_string(),
+        "|---|---|---|---|---|---|---|".to_string(),
     ];
     for entry in &chosen {
         table.push(row(entry, &dir.join(&entry.name), found.get(&entry.name)));

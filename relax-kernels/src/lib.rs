@@ -89,7 +89,7 @@
 //! | `relax_runtime.softmax` | `x, out`: along the last axis |
 //! | `relax_runtime.softmax_add` | `x, mask, out`: `softmax(x + mask)`, `mask` of x's rank broadcast where its dims are 1 |
 //! | `relax_runtime.layer_norm` | `x[.., N], gamma[N], beta[N], epsilon, out` |
-//! | `relax_runtime.reduce_trailing` | `x, axes, mean, out`: sum (mean when `mean` is 1) over the last `axes` axes |
+//! | `relax_runtime.reduce_trailing` | `x, axes, kind, out`: sum (`kind` 0), mean (1), max (2) or min (3) over the last `axes` axes |
 //! | `relax_runtime.recurrent` | an RNN, GRU or LSTM layer's steps over its input projection (see `recurrent`) |
 //! | `relax_runtime.resize` | ONNX's Resize with scales or sizes known at run time (see `resize`) |
 //! | `relax_runtime.resize2d` | `x, method, coordinates, rounding, out`: TVM's `image.resize2d`, nearest or bilinear, NCHW or blocked (see `resize2d`) |

@@ -1,5 +1,6 @@
 //! Kernels over the rows of a tensor's last axis: softmax (after an optional additive
-//! mask, broadcast over the rows) and layer normalization. Each row is one pass to find
+//! mask, broadcast over the rows), layer normalization, and sums, means, maxima and
+//! minima over trailing axes. Each row is one pass to find
 //! its statistics and one to write it, vectorized (see `simd`), rows split over the pool.
 
 use super::parallel::{chunk, Launch, Shared};
@@ -60,6 +61,46 @@ multiversion! {
         for (slot, row) in out.iter_mut().zip(input.chunks_exact(width.max(1))) {
             *slot = simd::sum(row) * scale;
         }
+    }
+}
+
+multiversion! {
+    /// The largest value of each of the consecutive `width`-long rows of `input`, into
+    /// `out` (NaNs skipped, as `f32::max` does; NEG_INFINITY for an empty row).
+    fn max_rows(input: &[f32], width: usize, out: &mut [f32]) {
+        for (slot, row) in out.iter_mut().zip(input.chunks_exact(width.max(1))) {
+            *slot = simd::max(row);
+        }
+    }
+}
+
+multiversion! {
+    /// The smallest value of each row, as `max_rows` (INFINITY for an empty row).
+    fn min_rows(input: &[f32], width: usize, out: &mut [f32]) {
+        for (slot, row) in out.iter_mut().zip(input.chunks_exact(width.max(1))) {
+            *slot = -simd::max_negated(row);
+        }
+    }
+}
+
+/// What `relax_runtime.reduce_trailing` computes of each row (its `kind` argument).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Reduction {
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
+
+impl Reduction {
+    fn from_code(code: i64) -> Option<Reduction> {
+        Some(match code {
+            0 => Reduction::Sum,
+            1 => Reduction::Mean,
+            2 => Reduction::Max,
+            3 => Reduction::Min,
+            _ => return None,
+        })
     }
 }
 
@@ -259,16 +300,19 @@ unsafe fn layer_norm_into(
     })
 }
 
-/// `relax_runtime.reduce_trailing(x, axes, mean, out)`: the sum (or, with `mean`, the
-/// mean) of `x` over its last `axes` axes; `out` has one value per row (any shape with
-/// that many elements, so that `keepdims` needs nothing else).
+/// `relax_runtime.reduce_trailing(x, axes, kind, out)`: the sum (`kind` 0), mean (1),
+/// maximum (2) or minimum (3) of `x` over its last `axes` axes; `out` has one value per
+/// row (any shape with that many elements, so that `keepdims` needs nothing else).
 pub(crate) fn reduce_trailing(args: &Arguments<'_>) -> Result<(), String> {
     args.expect_count(4)?;
     let name = args.name;
     let x = args.tensor(0, None)?;
     let axes =
         usize::try_from(args.int(1)?).map_err(|_| format!("{name}: a negative axis count"))?;
-    let mean = args.int(2)? != 0;
+    let kind = args.int(2)?;
+    let reduction = Reduction::from_code(kind).ok_or_else(|| {
+        format!("{name}: reduction kind {kind} is none of 0 (sum), 1 (mean), 2 (max), 3 (min)")
+    })?;
     let out = args.output(3, None)?;
     if axes == 0 || axes > x.shape.len() || out.len() != x.leading(axes) {
         return Err(format!(
@@ -279,7 +323,11 @@ pub(crate) fn reduce_trailing(args: &Arguments<'_>) -> Result<(), String> {
     x.check_disjoint(&out)?;
     let rows = out.len();
     let width = x.len() / rows.max(1);
-    let scale = if mean { 1.0 / width.max(1) as f32 } else { 1.0 };
+    let scale = if reduction == Reduction::Mean {
+        1.0 / width.max(1) as f32
+    } else {
+        1.0
+    };
     let (x, out) = (Shared(x.data), Shared(out.data));
     (args.launch)(rows * width < INLINE_ELEMENTS, &|task, tasks| {
         let mine = chunk(rows, tasks, task, 1);
@@ -291,7 +339,11 @@ pub(crate) fn reduce_trailing(args: &Arguments<'_>) -> Result<(), String> {
                 std::slice::from_raw_parts_mut(out.at(mine.start), mine.len()),
             )
         };
-        sum_rows(input, width, scale, output);
+        match reduction {
+            Reduction::Sum | Reduction::Mean => sum_rows(input, width, scale, output),
+            Reduction::Max => max_rows(input, width, output),
+            Reduction::Min => min_rows(input, width, output),
+        }
     })
 }
 

@@ -159,6 +159,26 @@ pub(crate) fn max(values: &[f32]) -> f32 {
     lanes.iter().copied().fold(rest, f32::max)
 }
 
+/// The largest of `values` negated (NEG_INFINITY for none): `-max_negated(values)` is
+/// their smallest, in `LANES` lanes as [`max`].
+#[inline(always)]
+pub(crate) fn max_negated(values: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut chunks = values.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (lane, value) in lanes.iter_mut().zip(chunk) {
+            let negated = -*value;
+            *lane = if negated > *lane { negated } else { *lane };
+        }
+    }
+    let rest = chunks
+        .remainder()
+        .iter()
+        .map(|value| -value)
+        .fold(f32::NEG_INFINITY, f32::max);
+    lanes.iter().copied().fold(rest, f32::max)
+}
+
 /// `a * b + c`, one fused multiply-add where `FMA` (see [`multiversion!`]), else a
 /// multiply and an add.
 #[inline(always)]

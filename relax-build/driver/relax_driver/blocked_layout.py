@@ -418,13 +418,45 @@ def stacks_as_concatenations(function):
     return Rewrite().visit_expr(function)
 
 
+def channel_splits_as_slices(function):
+    """`function` with each `split` of an NCHW tensor's channels (static) written as the
+    slices it makes: TVM 0.27's ConvertLayout splits a channel-blocked tensor into parts
+    of 0 channels (the convolution after YOLOv8's C2f split, nudenet's, then failed:
+    "the data channel size is T.int64(0)"), where it slices one right."""
+
+    @relax.expr_functor.mutator
+    class Rewrite(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", None) != "relax.split" or int(call.attrs.axis) % 4 != 1:
+                return call
+            dims = dims_of(call.args[0])
+            if dims is None or len(dims) != 4 or not isinstance(dims[1], tvm.tirx.IntImm):
+                return call
+            channels = int(dims[1])
+            sections = call.attrs.indices_or_sections
+            if isinstance(sections, tvm.tirx.IntImm):
+                if channels % int(sections):
+                    return call
+                bounds = [channels // int(sections) * part for part in range(int(sections) + 1)]
+            else:
+                bounds = [0, *(min(int(index), channels) for index in sections), channels]
+            parts = [
+                self.builder_.emit(relax.op.strided_slice(call.args[0], [1], [start], [end]))
+                for start, end in zip(bounds, bounds[1:])
+            ]
+            return relax.Tuple(parts)
+
+    return Rewrite().visit_expr(function)
+
+
 def prepared(ir_module):
     """The module as ConvertLayout carries it best: batch norms decomposed, stacks as
-    concatenations, per-channel operands of rank 4, clamps as ops (see the module's
-    doc)."""
+    concatenations, channel splits as slices, per-channel operands of rank 4, clamps as
+    ops (see the module's doc)."""
     module = relax.transform.DecomposeOpsForInference()(ir_module)
     functions = {
-        global_var: clamp_ops(channel_operands(stacks_as_concatenations(function)), module)
+        global_var: clamp_ops(channel_operands(channel_splits_as_slices(stacks_as_concatenations(function))), module)
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr)
         else function
         for global_var, function in module.functions.items()

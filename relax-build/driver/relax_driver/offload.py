@@ -2,7 +2,7 @@
 
 Before TVM lowers a model, the float32 matrix multiplications, 2-D convolutions, softmax
 (along the last axis, with an additive mask before it), layer norms (along the last
-axis), sums or means over trailing axes and nearest or bilinear resizes (NCHW or
+axis), sums, means, maxima or minima over trailing axes and nearest or bilinear resizes (NCHW or
 blocked) of every Relax function are rewritten into
 `R.call_dps_packed("relax_runtime.<kernel>", ...)`, together with what follows them when nothing else uses the intermediate value: a
 bias add, a batch norm, a constant scale, an activation. relax-runtime registers those
@@ -220,6 +220,9 @@ def swaps_last_two(permute, ndim):
 
 
 # TVM's resize2d attributes -> relax-runtime's `resize2d` codes.
+# Reductions relax_runtime.reduce_trailing computes, by its `kind` code.
+REDUCTION_KINDS = {"relax.sum": 0, "relax.mean": 1, "relax.max": 2, "relax.min": 3}
+
 RESIZE_METHODS = {"nearest_neighbor": 0, "linear": 1}
 RESIZE_COORDINATES = {
     "half_pixel": 0,
@@ -296,8 +299,8 @@ class Block:
             return self.softmax(value)
         if name == "relax.nn.layer_norm":
             return self.layer_norm(value)
-        if name in ("relax.mean", "relax.sum"):
-            return self.reduce_trailing(value, name == "relax.mean")
+        if name in REDUCTION_KINDS:
+            return self.reduce_trailing(value, REDUCTION_KINDS[name])
         if name == "relax.multiply":
             for activation in (self.silu, self.hard_swish):
                 folded = activation(value)
@@ -471,8 +474,10 @@ class Block:
             return None
         return packed("relax_runtime.layer_norm", [x, gamma, beta, float_value(float(attrs.epsilon))], call.ty)
 
-    def reduce_trailing(self, call, mean):
-        """A sum or mean over the trailing axes (a global average pool, for one)."""
+    def reduce_trailing(self, call, kind):
+        """A sum, mean, max or min over the trailing axes (a global average pool, for
+        one; magika's max over its sequence, whose GELU TVM fused into its loop and ran
+        one element at a time), `kind` its code (see REDUCTION_KINDS)."""
         x = call.args[0]
         ndim = rank(x)
         if not is_float32(x, call) or ndim < 1 or call.attrs.axis is None:
@@ -480,7 +485,7 @@ class Block:
         axes = sorted(int(axis) % ndim for axis in call.attrs.axis)
         if not axes or axes != list(range(ndim - len(axes), ndim)):
             return None
-        return packed("relax_runtime.reduce_trailing", [x, int_value(len(axes)), int_value(int(mean))], call.ty)
+        return packed("relax_runtime.reduce_trailing", [x, int_value(len(axes)), int_value(kind)], call.ty)
 
     def kernel_of(self, operand):
         """The kernel call `operand` (a single-use variable) is bound to, or None."""

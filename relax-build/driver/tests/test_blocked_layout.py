@@ -709,3 +709,43 @@ class Stacks(unittest.TestCase):
             vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
             results.append(vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w)).numpy())
         np.testing.assert_allclose(results[1], results[0], rtol=1e-6)
+
+
+@tvm.script.ir_module
+class SplitChannels:
+    """YOLOv8's C2f: a convolution's channels split in two halves (and in sections of
+    equal size), each half convolved again, the results concatenated."""
+
+    @R.function
+    def main(
+        x: R.Tensor(("batch", 16, "height", "width"), "float32"),
+        w: R.Tensor((32, 16, 1, 1), "float32"),
+        w2: R.Tensor((16, 16, 3, 3), "float32"),
+    ):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            y = R.nn.conv2d(x, w)
+            halves = R.split(y, indices_or_sections=[16], axis=1)
+            z = R.nn.conv2d(halves[1], w2, padding=[1, 1, 1, 1])
+            quarters = R.split(y, indices_or_sections=2, axis=1)
+            out = R.concat((halves[0], z, quarters[0]), axis=1)
+            R.output(out)
+        return out
+
+
+class Splits(unittest.TestCase):
+    def test_a_channel_split_no_longer_keeps_the_module_nchw(self):
+        warnings = []
+        blocked_layout.convert(SplitChannels, X86, warnings)
+        self.assertEqual(warnings, [])
+        self.assertNotIn("R.split", str(blocked_layout.prepared(SplitChannels)))
+
+    def test_its_slices_are_the_splits(self):
+        prepared = blocked_layout.prepared(SplitChannels)
+        rng = np.random.default_rng(5)
+        arguments = [rng.standard_normal(shape).astype(np.float32) for shape in ((2, 16, 5, 7), (32, 16, 1, 1), (16, 16, 3, 3))]
+        results = []
+        for module in (SplitChannels, prepared):
+            vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
+            results.append(vm["main"](*[tvm.runtime.tensor(a) for a in arguments]).numpy())
+        np.testing.assert_allclose(results[1], results[0], rtol=1e-6)

@@ -458,3 +458,21 @@ class InsideIfBranches(unittest.TestCase):
         self.assertIn("relax_runtime.dense_bias", text)
         self.assertNotIn("R.matmul", text)
         self.assertNotIn("R.add", text)
+
+
+class TrailingReductions(unittest.TestCase):
+    def rewritten(self, op, axis):
+        normalize = relax.BlockBuilder().normalize
+        x = relax.Var("x", relax.TensorType([2, 5, 7], "float32"))
+        reduced = normalize(op(x, axis=axis))
+        y = relax.Var("y", reduced.ty)
+        body = relax.SeqExpr([relax.DataflowBlock([relax.VarBinding(y, reduced)])], y)
+        return str(offload.rewrite_function(relax.Function([x], body, reduced.ty), None))
+
+    def test_max_and_min_over_trailing_axes_go_to_the_kernel_with_their_codes(self):
+        self.assertIn('"relax_runtime.reduce_trailing", (x, 1, 2)', self.rewritten(relax.op.max, [2]))
+        self.assertIn('"relax_runtime.reduce_trailing", (x, 2, 3)', self.rewritten(relax.op.min, [1, 2]))
+        self.assertIn('"relax_runtime.reduce_trailing", (x, 1, 1)', self.rewritten(relax.op.mean, [-1]))
+
+    def test_a_max_over_a_leading_axis_stays(self):
+        self.assertIn("R.max", self.rewritten(relax.op.max, [1]))

@@ -135,3 +135,35 @@ fn row_sums_and_means_match_double_precision() {
         }
     }
 }
+
+#[test]
+fn row_maxima_and_minima_match_the_rows() {
+    let (rows, width) = (7, 37);
+    let x = values(rows * width, 7);
+    let mut maxima = vec![f32::NAN; rows];
+    let mut minima = vec![f32::NAN; rows];
+    max_rows(&x, width, &mut maxima);
+    min_rows(&x, width, &mut minima);
+    for row in 0..rows {
+        let values = &x[row * width..(row + 1) * width];
+        assert_eq!(
+            maxima[row],
+            values.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+            "row {row}"
+        );
+        assert_eq!(
+            minima[row],
+            values.iter().copied().fold(f32::INFINITY, f32::min),
+            "row {row}"
+        );
+    }
+}
+
+#[test]
+fn reduction_kinds_are_the_documented_codes() {
+    assert_eq!(Reduction::from_code(0), Some(Reduction::Sum));
+    assert_eq!(Reduction::from_code(1), Some(Reduction::Mean));
+    assert_eq!(Reduction::from_code(2), Some(Reduction::Max));
+    assert_eq!(Reduction::from_code(3), Some(Reduction::Min));
+    assert_eq!(Reduction::from_code(4), None);
+}
