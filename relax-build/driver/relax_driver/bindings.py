@@ -65,10 +65,7 @@ def copies_as_casts(ir_module):
 
     import tvm
 
-    updated = {}
-    for global_var, function in ir_module.functions.items():
-        if not isinstance(function, relax.Function) or not isinstance(function.body, relax.SeqExpr):
-            continue
+    def with_casts(function):
         changed = False
         blocks = []
         for block in function.body.blocks:
@@ -80,13 +77,30 @@ def copies_as_casts(ir_module):
                 bindings.append(binding)
             dataflow = isinstance(block, relax.DataflowBlock)
             blocks.append(relax.DataflowBlock(bindings) if dataflow else relax.BindingBlock(bindings))
-        if changed:
-            body = relax.SeqExpr(blocks, function.body.body)
-            updated[global_var] = relax.Function(
-                function.params, body, function.ret_ty, function.is_pure, function.attrs
-            )
+        if not changed:
+            return function
+        body = relax.SeqExpr(blocks, function.body.body)
+        return relax.Function(function.params, body, function.ret_ty, function.is_pure, function.attrs)
+
+    return functions_rewritten(ir_module, with_casts)
+
+
+def functions_rewritten(ir_module, rewrite):
+    """`ir_module` with each Relax function (of a sequence body) replaced by
+    `rewrite(function)` where that is another function: a copy of the module, or the
+    module itself when no function changed."""
+    updated = {}
+    for global_var, function in ir_module.functions.items():
+        if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):
+            rewritten = rewrite(function)
+            if not rewritten.same_as(function):
+                updated[global_var] = rewritten
     if not updated:
         return ir_module
+    ir_module = ir_module.clone() if hasattr(ir_module, "clone") else ir_module
+    for global_var, function in updated.items():
+        ir_module[global_var] = function
+    return ir_module
     ir_module = ir_module.clone() if hasattr(ir_module, "clone") else ir_module
     for global_var, function in updated.items():
         ir_module[global_var] = function

@@ -11,6 +11,7 @@ expand_dims and squeeze are reshapes, views of the same storage once lowered.
 
 from tvm import relax
 
+from .bindings import functions_rewritten
 from .offload import is_float32, op_name
 
 
@@ -53,15 +54,4 @@ def as_conv2d(ir_module):
             )
             return relax.op.squeeze(y, [2])
 
-    updated = {}
-    for global_var, function in ir_module.functions.items():
-        if isinstance(function, relax.Function):
-            rewritten = Rewrite().visit_expr(function)
-            if not rewritten.same_as(function):
-                updated[global_var] = rewritten
-    if not updated:
-        return ir_module
-    ir_module = ir_module.clone() if hasattr(ir_module, "clone") else ir_module
-    for global_var, function in updated.items():
-        ir_module[global_var] = function
-    return ir_module
+    return functions_rewritten(ir_module, lambda function: Rewrite().visit_expr(function))

@@ -15,6 +15,8 @@ import heapq
 
 from tvm import relax
 
+from .bindings import functions_rewritten
+
 
 def binding_needs(binding, symbolic_defined_by):
     """The bindings' variables and the symbolic dims (tir vars) `binding` reads."""
@@ -87,17 +89,6 @@ def pass_():
 
     @tvm.transform.module_pass(opt_level=0, name="SymbolicDimsInOrder")
     def ordered(module, _context):
-        updated = {}
-        for global_var, function in module.functions.items():
-            if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):
-                rewritten = in_order(function)
-                if not rewritten.same_as(function):
-                    updated[global_var] = rewritten
-        if not updated:
-            return module
-        module = module.clone() if hasattr(module, "clone") else module
-        for global_var, function in updated.items():
-            module[global_var] = function
-        return module
+        return functions_rewritten(module, in_order)
 
     return ordered
