@@ -101,7 +101,3 @@ def functions_rewritten(ir_module, rewrite):
     for global_var, function in updated.items():
         ir_module[global_var] = function
     return ir_module
-    ir_module = ir_module.clone() if hasattr(ir_module, "clone") else ir_module
-    for global_var, function in updated.items():
-        ir_module[global_var] = function
-    return ir_module

@@ -17,6 +17,12 @@ class DriverError(Exception):
         self.operators = operators or []
 
 
+def failure_reason(error):
+    """`Type: first line of the message` (at most 300 characters of it), for errors."""
+    first_line = str(error).splitlines()[0][:300] if str(error) else ""
+    return f"{type(error).__name__}: {first_line}"
+
+
 def user_traceback(source_path, exc_info=None):
     """The current exception's traceback, trimmed to the frames in the user's file.
 

@@ -219,10 +219,10 @@ def swaps_last_two(permute, ndim):
     return [int(a) for a in axes] == list(range(ndim - 2)) + [ndim - 1, ndim - 2]
 
 
-# TVM's resize2d attributes -> relax-runtime's `resize2d` codes.
 # Reductions relax_runtime.reduce_trailing computes, by its `kind` code.
 REDUCTION_KINDS = {"relax.sum": 0, "relax.mean": 1, "relax.max": 2, "relax.min": 3}
 
+# TVM's resize2d attributes -> relax-runtime's `resize2d` codes.
 RESIZE_METHODS = {"nearest_neighbor": 0, "linear": 1}
 RESIZE_COORDINATES = {
     "half_pixel": 0,
@@ -748,6 +748,15 @@ def branches(binding):
     return []
 
 
+def with_branches(binding, rewritten):
+    """The If `binding` with its branches replaced by `rewritten` (one per branch, None
+    for a branch kept), or None when neither was rewritten."""
+    if all(branch is None for branch in rewritten):
+        return None
+    true_branch, false_branch = (new or old for new, old in zip(rewritten, branches(binding)))
+    return relax.VarBinding(binding.var, relax.If(binding.value.cond, true_branch, false_branch))
+
+
 def count_uses(function):
     """How many bindings (and the function's result) use each variable, the bindings in
     If branches included."""
@@ -808,12 +817,9 @@ def seq_without_unused_bindings(seq):
             if dead(binding):
                 changed = True
                 continue
-            inner = branches(binding)
-            pruned = [seq_without_unused_bindings(branch) for branch in inner]
-            if any(branch is not None for branch in pruned):
-                true_branch, false_branch = (new or old for new, old in zip(pruned, inner))
-                binding = relax.VarBinding(binding.var, relax.If(binding.value.cond, true_branch, false_branch))
-                changed = True
+            pruned = with_branches(binding, [seq_without_unused_bindings(branch) for branch in branches(binding)])
+            if pruned is not None:
+                binding, changed = pruned, True
             kept.append(binding)
         blocks.append(relax.DataflowBlock(kept) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(kept))
     return relax.SeqExpr(blocks, seq.body) if changed else None
@@ -840,12 +846,9 @@ def rewrite_seq(seq, uses, module):
         if not isinstance(block, relax.DataflowBlock):
             bindings = []
             for binding in block.bindings:
-                inner = branches(binding)
-                rewritten = [rewrite_seq(branch, uses, module) for branch in inner]
-                if any(branch is not None for branch in rewritten):
-                    true_branch, false_branch = (new or old for new, old in zip(rewritten, inner))
-                    binding = relax.VarBinding(binding.var, relax.If(binding.value.cond, true_branch, false_branch))
-                    changed = True
+                rewritten = with_branches(binding, [rewrite_seq(branch, uses, module) for branch in branches(binding)])
+                if rewritten is not None:
+                    binding, changed = rewritten, True
                 bindings.append(binding)
             blocks.append(relax.BindingBlock(bindings))
             continue

@@ -135,15 +135,12 @@ def fold_constants(model):
     shapes = static_shapes(model) if needs_shapes else {}
     kept, folded_outputs = [], []
     for node in graph.node:
-        inputs = [name for name in node.input if name]
-        foldable = (
-            node.domain in ("", "ai.onnx")
-            and node.op_type not in UNFOLDABLE
-            and not any(attribute.type in (attribute.GRAPH, attribute.GRAPHS) for attribute in node.attribute)
-            and all(name in known and name not in graph_inputs for name in inputs)
-        )
         unlimited = node.op_type == "Constant" or any(name in weights for name in node.output)
-        outputs = evaluate(node, known, opsets, helper, ReferenceEvaluator, unlimited) if foldable else None
+        outputs = (
+            evaluate(node, known, opsets, helper, ReferenceEvaluator, unlimited)
+            if foldable(node, known, graph_inputs)
+            else None
+        )
         if outputs is None and node.op_type == "Size":
             outputs = shape_value(node, shapes)
         if outputs is None:
@@ -165,6 +162,19 @@ def fold_constants(model):
     del graph.node[:]
     graph.node.extend(kept)
     return folded + folded_inside
+
+
+def foldable(node, known, excluded=()):
+    """Whether `node` can be evaluated now: an ONNX operator the reference evaluator
+    folds, without graphs of its own, whose inputs are all `known` values and none of
+    them `excluded` (a main graph's inputs: an initializer that is also an input is a
+    default the caller may replace)."""
+    return (
+        node.domain in ("", "ai.onnx")
+        and node.op_type not in UNFOLDABLE
+        and not any(attribute.type in (attribute.GRAPH, attribute.GRAPHS) for attribute in node.attribute)
+        and all(name in known and name not in excluded for name in node.input if name)
+    )
 
 
 def subgraphs_of(node):
@@ -229,40 +239,32 @@ def fold_branches(node, outer, opsets, shapes=None):
 
     shapes = shapes or {}
     count = 0
-    for attribute in node.attribute:
-        for graph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-            inputs = {value.name for value in graph.input}
-            known = {name: value for name, value in outer.items() if name not in inputs}
-            known.update({init.name: numpy_helper.to_array(init) for init in graph.initializer})
-            kept, folded = [], []
-            for inner in graph.node:
-                names = [name for name in inner.input if name]
-                foldable = (
-                    inner.domain in ("", "ai.onnx")
-                    and inner.op_type not in UNFOLDABLE
-                    and not any(a.type in (a.GRAPH, a.GRAPHS) for a in inner.attribute)
-                    and all(name in known for name in names)
-                )
-                outputs = evaluate(inner, known, opsets, helper, ReferenceEvaluator, True) if foldable else None
-                if outputs is None and node.op_type == "If":
-                    # (A Loop body's shapes may change from one iteration to the next.)
-                    outputs = shape_value(inner, shapes)
-                if outputs is None:
-                    kept.append(inner)
-                    continue
-                known.update(outputs)
-                folded.extend(outputs)
-            count += sum(fold_branches(inner, known, opsets, shapes) for inner in kept)
-            if len(kept) == len(graph.node):
+    for graph in subgraphs_of(node):
+        inputs = {value.name for value in graph.input}
+        known = {name: value for name, value in outer.items() if name not in inputs}
+        known.update({init.name: numpy_helper.to_array(init) for init in graph.initializer})
+        kept, folded = [], []
+        for inner in graph.node:
+            outputs = evaluate(inner, known, opsets, helper, ReferenceEvaluator, True) if foldable(inner, known) else None
+            if outputs is None and node.op_type == "If":
+                # (A Loop body's shapes may change from one iteration to the next.)
+                outputs = shape_value(inner, shapes)
+            if outputs is None:
+                kept.append(inner)
                 continue
-            used = {name for inner in kept for name in (*inner.input, *subgraph_reads(inner))}
-            used |= {value.name for value in graph.output}
-            for name in folded:
-                if name in used:
-                    graph.initializer.append(numpy_helper.from_array(known[name], name))
-            count += len(graph.node) - len(kept)
-            del graph.node[:]
-            graph.node.extend(kept)
+            known.update(outputs)
+            folded.extend(outputs)
+        count += sum(fold_branches(inner, known, opsets, shapes) for inner in kept)
+        if len(kept) == len(graph.node):
+            continue
+        used = {name for inner in kept for name in (*inner.input, *subgraph_reads(inner))}
+        used |= {value.name for value in graph.output}
+        for name in folded:
+            if name in used:
+                graph.initializer.append(numpy_helper.from_array(known[name], name))
+        count += len(graph.node) - len(kept)
+        del graph.node[:]
+        graph.node.extend(kept)
     return count
 
 
@@ -272,13 +274,11 @@ def subgraph_reads(node):
     (a branch reading an outer `Constant` failed with a KeyError once the Constant was
     folded away)."""
     read = set()
-    for attribute in node.attribute:
-        graphs = [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
-        for graph in graphs:
-            defined = {value.name for value in graph.input} | {init.name for init in graph.initializer}
-            for inner in graph.node:
-                read.update(name for name in (*inner.input, *subgraph_reads(inner)) if name and name not in defined)
-                defined.update(inner.output)
+    for graph in subgraphs_of(node):
+        defined = {value.name for value in graph.input} | {init.name for init in graph.initializer}
+        for inner in graph.node:
+            read.update(name for name in (*inner.input, *subgraph_reads(inner)) if name and name not in defined)
+            defined.update(inner.output)
     return read
 
 
@@ -369,9 +369,8 @@ def inlined_in(graph, outer):
     nodes, inlined = [], 0
     for node in graph.node:
         if node.op_type != "If" or node.domain not in ("", "ai.onnx") or node.input[0] not in known:
-            for attribute in node.attribute:
-                for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                    inlined += inlined_in(subgraph, known)
+            for subgraph in subgraphs_of(node):
+                inlined += inlined_in(subgraph, known)
             nodes.append(node)
             continue
         taken = "then_branch" if numpy_helper.to_array(known[node.input[0]]).all() else "else_branch"

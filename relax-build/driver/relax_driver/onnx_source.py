@@ -8,7 +8,7 @@ import re
 import traceback
 
 from . import onnx_ops, onnx_prepare, weight_transforms
-from .errors import DriverError
+from .errors import DriverError, failure_reason
 
 ONNX_EMBED_LIMIT_BYTES = 1 << 20
 
@@ -298,12 +298,6 @@ def main_in_dataflow_blocks(ir_module):
     ir_module = ir_module.clone() if hasattr(ir_module, "clone") else ir_module
     ir_module[main] = converted
     return ir_module
-
-
-def failure_reason(error):
-    """`Type: first line of the message` (at most 300 characters of it), for errors."""
-    first_line = str(error).splitlines()[0][:300] if str(error) else ""
-    return f"{type(error).__name__}: {first_line}"
 
 
 def enclosing_nodes(graph, name):

@@ -31,6 +31,7 @@ from tvm.ir import GenericConst
 from tvm.relax.frontend.onnx import onnx_frontend
 from tvm.relax.frontend.onnx.onnx_frontend import OnnxOpConverter
 
+from ..errors import failure_reason
 from .common import static_dims
 
 
@@ -114,7 +115,7 @@ def unbuilt_branch(importer, bb, graph, error, failed, caller, converted_types, 
             raise error from None
         finally:
             bb._end_block()
-    reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+    reason = failure_reason(error)
     where = f" on node `{failed[-1][1]}` ({failed[-1][0]})" if failed else ""
     message = (
         f"the {side} branch of If node `{node.name}` was not built: converting it failed{where} with {reason}; "
