@@ -144,37 +144,32 @@ pub(crate) fn sum(values: &[f32]) -> f32 {
 /// The largest of `values` (NEG_INFINITY for none), in `LANES` lanes.
 #[inline(always)]
 pub(crate) fn max(values: &[f32]) -> f32 {
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    let mut chunks = values.chunks_exact(LANES);
-    for chunk in &mut chunks {
-        for (lane, value) in lanes.iter_mut().zip(chunk) {
-            *lane = if *value > *lane { *value } else { *lane };
-        }
-    }
-    let rest = chunks
-        .remainder()
-        .iter()
-        .copied()
-        .fold(f32::NEG_INFINITY, f32::max);
-    lanes.iter().copied().fold(rest, f32::max)
+    largest_mapped(values, |value| value)
 }
 
 /// The largest of `values` negated (NEG_INFINITY for none): `-max_negated(values)` is
 /// their smallest, in `LANES` lanes as [`max`].
 #[inline(always)]
 pub(crate) fn max_negated(values: &[f32]) -> f32 {
+    largest_mapped(values, |value| -value)
+}
+
+/// The largest of `map(value)` over `values` (NEG_INFINITY for none), accumulated in
+/// `LANES` independent lanes (which vectorizes, as [`sum`]).
+#[inline(always)]
+fn largest_mapped(values: &[f32], map: impl Fn(f32) -> f32) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let mut chunks = values.chunks_exact(LANES);
     for chunk in &mut chunks {
         for (lane, value) in lanes.iter_mut().zip(chunk) {
-            let negated = -*value;
-            *lane = if negated > *lane { negated } else { *lane };
+            let mapped = map(*value);
+            *lane = if mapped > *lane { mapped } else { *lane };
         }
     }
     let rest = chunks
         .remainder()
         .iter()
-        .map(|value| -value)
+        .map(|&value| map(value))
         .fold(f32::NEG_INFINITY, f32::max);
     lanes.iter().copied().fold(rest, f32::max)
 }
