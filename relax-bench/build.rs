@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use relax_build::tooling::{self, Toolchain};
+use relax_build::tooling::{self, PackageFileSpec, Toolchain};
 use relax_build::Config;
 
 /// The models make_models.py generates: from onnx's light architectures (its
@@ -64,6 +64,7 @@ fn main() {
         ],
         &models.join("torch_cnn.onnx"),
     );
+    fetch_silero_vad(&here, &models);
     relax_build::compile_models();
     let weights = out_dir.join("relax/minilm/weights.safetensors");
     generate(
@@ -100,4 +101,40 @@ fn generate(toolchain: &Toolchain, script: &Path, args: &[&str], output: &Path) 
         .expect("running make_models.py");
     assert!(status.success(), "make_models.py {args:?} failed");
     std::fs::write(&stamp, version).expect("writing the stamp");
+}
+
+/// silero-vad's 16 kHz ONNX export and its export without If (the `vad_chunk` rows;
+/// tract loads only the latter), from the pinned wheel, sha256 checked, as a build
+/// fetches a manifest's files.
+fn fetch_silero_vad(here: &Path, models: &Path) {
+    let manifest = here.join("Cargo.toml");
+    let files = [
+        (
+            "silero_vad.onnx",
+            "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
+        ),
+        (
+            "silero_vad_op18_ifless.onnx",
+            "7671cd04b004e9076da0d4a7b1a5aec36adf161c39230c1cb94a4fd5db6bbd28",
+        ),
+    ];
+    for (file, sha256) in files {
+        let path = format!("silero_vad/data/{file}");
+        let fetched = tooling::fetch_package_file(
+            &Config::new(),
+            &PackageFileSpec {
+                declared_in: &manifest,
+                key: "relax-bench's build.rs: silero-vad",
+                package: "silero-vad==6.2.3",
+                path: &path,
+                member: None,
+                sha256,
+            },
+        )
+        .unwrap_or_else(|error| panic!("relax-bench needs silero-vad's {file}: {error}"));
+        let destination = models.join(file);
+        if std::fs::read(&destination).ok() != std::fs::read(&fetched).ok() {
+            std::fs::copy(&fetched, &destination).expect("copying silero-vad's model into OUT_DIR");
+        }
+    }
 }

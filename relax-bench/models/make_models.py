@@ -10,6 +10,11 @@ mlp_b1.onnx / mlp_b64.onnx  784-128-10 MLP (Gemm, Relu, Gemm) at batch 1 and 64
 matmul.onnx                 C = A @ B, A and B float32[1024, 1024]
 cnn.onnx                    conv 3x3 16ch (pad 1) on 1x3x224x224, relu, global average pool, linear 16->10
 add.onnx                    C = A + B on float32[1, 4] (the VM call overhead case)
+tiny_mlp.onnx               64-128-128-10 MLP (Gemm, Relu, Gemm, Relu, Gemm) at batch 1, a small classifier head
+kws_cnn.onnx                DS-CNN-S keyword spotter ("Hello Edge", Zhang et al. 2017) on 1x1x49x10 MFCC frames:
+                            conv 10x4 stride 2 64ch, 4 depthwise-separable blocks (depthwise 3x3, pointwise
+                            1x1 64ch), each conv followed by BatchNormalization and Relu as an exporter writes
+                            them, global average pool, linear 64->12
 
 ResNet-50 (100 MB of weights), the other light models and MiniLM (90 MB) are not
 committed: ResNet-50, DenseNet-121, Inception v1 and v2, ShuffleNet and SqueezeNet are the
@@ -100,6 +105,58 @@ def small_models():
         ],
     )
     save("add", [helper.make_node("Add", ["a", "b"], ["c"])], [tensor("a", [1, 4]), tensor("b", [1, 4])], [tensor("c", [1, 4])])
+    # The models below draw from `rng` after the ones above, which keeps those bytes as they were.
+    save(
+        "tiny_mlp",
+        [
+            helper.make_node("Gemm", ["x", "fc1_weight", "fc1_bias"], ["fc1"], transB=1),
+            helper.make_node("Relu", ["fc1"], ["hidden1"]),
+            helper.make_node("Gemm", ["hidden1", "fc2_weight", "fc2_bias"], ["fc2"], transB=1),
+            helper.make_node("Relu", ["fc2"], ["hidden2"]),
+            helper.make_node("Gemm", ["hidden2", "fc3_weight", "fc3_bias"], ["logits"], transB=1),
+        ],
+        [tensor("x", [1, 64])],
+        [tensor("logits", [1, 10])],
+        [
+            weights("fc1_weight", (128, 64), 0.125),
+            weights("fc1_bias", (128,), 0.01),
+            weights("fc2_weight", (128, 128), 0.09),
+            weights("fc2_bias", (128,), 0.01),
+            weights("fc3_weight", (10, 128), 0.09),
+            weights("fc3_bias", (10,), 0.01),
+        ],
+    )
+    kws_cnn()
+
+
+def kws_cnn():
+    """kws_cnn.onnx (see the module's documentation): convolutions without biases, He-scaled,
+    each followed by a BatchNormalization with scale in [0.9, 1.4), shift and running mean in
+    [-0.1, 0.1) and running variance in [0.5, 1.5). (Scales in [0.5, 1) shrank the activations
+    through the nine normalizations to logits of about 0.05; these keep them about 1.)"""
+    nodes, initializers = [], []
+
+    def conv_bn_relu(x, name, channels, filters, kernel, strides=(1, 1), pads=(0, 0, 0, 0), group=1):
+        fan_in = channels // group * kernel[0] * kernel[1]
+        initializers.append(weights(f"{name}_weight", (filters, channels // group, *kernel), math.sqrt(2.0 / fan_in)))
+        nodes.append(helper.make_node("Conv", [x, f"{name}_weight"], [f"{name}_conv"], kernel_shape=list(kernel), strides=list(strides), pads=list(pads), group=group))
+        for kind, (low, high) in (("scale", (0.9, 1.4)), ("bias", (-0.1, 0.1)), ("mean", (-0.1, 0.1)), ("var", (0.5, 1.5))):
+            initializers.append(numpy_helper.from_array(rng.uniform(low, high, filters).astype(np.float32), f"{name}_bn_{kind}"))
+        bn = [f"{name}_conv"] + [f"{name}_bn_{kind}" for kind in ("scale", "bias", "mean", "var")]
+        nodes.append(helper.make_node("BatchNormalization", bn, [f"{name}_bn"], epsilon=1e-3))
+        nodes.append(helper.make_node("Relu", [f"{name}_bn"], [f"{name}_relu"]))
+        return f"{name}_relu"
+
+    # 49x10 -> 25x5: kernel 10x4, stride 2, padded 4 and 5 in time, 1 and 2 in frequency.
+    x = conv_bn_relu("features", "conv1", 1, 64, (10, 4), strides=(2, 2), pads=(4, 1, 5, 2))
+    for block in range(1, 5):
+        x = conv_bn_relu(x, f"dw{block}", 64, 64, (3, 3), pads=(1, 1, 1, 1), group=64)
+        x = conv_bn_relu(x, f"pw{block}", 64, 64, (1, 1))
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"]))
+    nodes.append(helper.make_node("Flatten", ["pooled"], ["flat"], axis=1))
+    nodes.append(helper.make_node("Gemm", ["flat", "fc_weight", "fc_bias"], ["logits"], transB=1))
+    initializers += [weights("fc_weight", (12, 64), 0.125), weights("fc_bias", (12,), 0.01)]
+    save("kws_cnn", nodes, [tensor("features", [1, 1, 49, 10])], [tensor("logits", [1, 12])], initializers)
 
 
 def write_atomically(model, path):

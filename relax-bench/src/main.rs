@@ -26,11 +26,17 @@ use std::time::{Duration, Instant};
 use relax_runtime::{Session, Tensor};
 use serde_json::{json, Value};
 
+mod tract_peer;
+
 relax_runtime::include_model!("mlp_b1");
 relax_runtime::include_model!("mlp_b64");
 relax_runtime::include_model!("matmul");
 relax_runtime::include_model!("cnn");
 relax_runtime::include_model!("add");
+relax_runtime::include_model!("tiny_mlp");
+relax_runtime::include_model!("kws_cnn");
+relax_runtime::include_model!("vad_chunk");
+relax_runtime::include_model!("vad_chunk_ifless");
 relax_runtime::include_model!("resnet50");
 relax_runtime::include_model!("densenet121");
 relax_runtime::include_model!("inception_v1");
@@ -55,6 +61,10 @@ relax_runtime::include_model!("resnet50_tuned");
 
 const THREADS: usize = 2;
 
+/// The small models' rows, whose summary keys drop `_default` (`tiny_mlp_vs_ort`): each
+/// has one build, declared with its source alone.
+const SMALL_ROWS: [&str; 4] = ["tiny_mlp", "kws_cnn", "vad_chunk", "vad_chunk_ifless"];
+
 /// The pause before the shared-model measurements (see there).
 const SHARED_SETTLE: Duration = Duration::from_secs(3);
 
@@ -74,6 +84,8 @@ enum Kind {
     TokenIds,
     /// All ones.
     Mask,
+    /// One int64 value everywhere (a sample rate).
+    Integer(i64),
 }
 
 struct Input {
@@ -93,6 +105,8 @@ struct Case {
     tuned: Option<Session>,
     /// For a PyTorch source (`default`): the same model compiled from `onnx`.
     from_onnx: Option<Session>,
+    /// The same `.onnx` file in tract, for the rows measured against it too.
+    tract: Option<tract_peer::Runner>,
 }
 
 /// How long to measure: at least `seconds` and `min_iterations` calls, but a slow case
@@ -168,7 +182,7 @@ fn main() -> Result<(), Failure> {
         // Rounds of (default, tuned, onnxruntime), so that a noisy spell of the shared
         // machine hits all three alike; each figure is the median of its rounds' medians.
         let (mut defaults, mut tuneds, mut orts) = (Vec::new(), Vec::new(), Vec::new());
-        let mut from_onnxs = Vec::new();
+        let (mut from_onnxs, mut tracts) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             defaults.push(median_call(
                 &case.default,
@@ -187,6 +201,14 @@ fn main() -> Result<(), Failure> {
             }
             orts.push(peers.time(case.name)?);
             settle(quick);
+            if let Some(tract) = &case.tract {
+                tracts.push(tract.median_seconds(
+                    round_timing.warmup,
+                    round_timing.seconds,
+                    round_timing.min_iterations,
+                )?);
+                settle(quick);
+            }
         }
         let default = median(&mut defaults);
         let tuned = (!tuneds.is_empty()).then(|| median(&mut tuneds));
@@ -203,6 +225,28 @@ fn main() -> Result<(), Failure> {
             case.flops / best / 1e9,
         );
         summary.push((format!("{}_default_vs_ort", case.name), default / ort));
+        if SMALL_ROWS.contains(&case.name) {
+            summary.push((format!("{}_vs_ort", case.name), default / ort));
+        }
+        if !tracts.is_empty() {
+            let tract = median(&mut tracts);
+            println!(
+                "{:<15} {:>12} {:>12} {:>12.1} {:>12.3} {:>10} {:>10}   (tract, 1 thread; default/tract {:.3})",
+                "  tract",
+                "",
+                "",
+                tract * 1e6,
+                default / tract,
+                "",
+                "",
+                default / tract
+            );
+            // The if-less export stands for silero-vad in the tract row.
+            summary.push((
+                format!("{}_vs_tract", case.name.trim_end_matches("_ifless")),
+                default / tract,
+            ));
+        }
         if let Some(tuned) = tuned {
             summary.push((format!("{}_tuned_vs_ort", case.name), tuned / ort));
         }
@@ -336,6 +380,11 @@ fn main() -> Result<(), Failure> {
         "gru_t50_default_vs_ort",
         "gru_t200_default_vs_ort",
         "gru_default_vs_ort",
+        "tiny_mlp_vs_ort",
+        "kws_cnn_vs_ort",
+        "vad_chunk_vs_ort",
+        "vad_chunk_ifless_vs_ort",
+        "vad_chunk_vs_tract",
     ];
     let line: Vec<String> = keys
         .iter()
@@ -403,6 +452,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             default: minilm::Model::load()?.into_session(),
             tuned,
             from_onnx: None,
+            tract: None,
         })
     };
     drop(minilm);
@@ -416,6 +466,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             default: mlp_b1::Model::load()?.into_session(),
             tuned: Some(mlp_b1_tuned::Model::load()?.into_session()),
             from_onnx: None,
+            tract: None,
         },
         Case {
             name: "mlp_b64",
@@ -426,6 +477,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             default: mlp_b64::Model::load()?.into_session(),
             tuned: Some(mlp_b64_tuned::Model::load()?.into_session()),
             from_onnx: None,
+            tract: None,
         },
         Case {
             name: "cnn",
@@ -436,6 +488,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             default: cnn::Model::load()?.into_session(),
             tuned: Some(cnn_tuned::Model::load()?.into_session()),
             from_onnx: None,
+            tract: None,
         },
         Case {
             name: "matmul",
@@ -446,6 +499,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             default: matmul::Model::load()?.into_session(),
             tuned: Some(matmul_tuned::Model::load()?.into_session()),
             from_onnx: None,
+            tract: None,
         },
         Case {
             name: "add",
@@ -456,7 +510,37 @@ fn cases() -> Result<Vec<Case>, Failure> {
             default: add::Model::load()?.into_session(),
             tuned: None,
             from_onnx: None,
+            tract: None,
         },
+        Case {
+            name: "tiny_mlp",
+            onnx: here.join("models/tiny_mlp.onnx"),
+            function: "main",
+            inputs: vec![float("x", &[1, 64])],
+            flops: 2.0 * (64.0 * 128.0 + 128.0 * 128.0 + 128.0 * 10.0),
+            default: tiny_mlp::Model::load()?.into_session(),
+            tuned: None,
+            from_onnx: None,
+            tract: None,
+        },
+        Case {
+            name: "kws_cnn",
+            onnx: here.join("models/kws_cnn.onnx"),
+            function: "main",
+            inputs: vec![float("features", &[1, 1, 49, 10])],
+            // Twice the multiply-adds: the 10x4 stem (64 x 40 x 125 outputs), four
+            // depthwise 3x3 (64 x 9 x 125) and pointwise (64 x 64 x 125) pairs, the classifier.
+            flops: 2.0
+                * (64.0 * 40.0 * 125.0
+                    + 4.0 * (64.0 * 9.0 * 125.0 + 64.0 * 64.0 * 125.0)
+                    + 64.0 * 12.0),
+            default: kws_cnn::Model::load()?.into_session(),
+            tuned: None,
+            from_onnx: None,
+            tract: None,
+        },
+        vad_chunk_case(&generated, false)?,
+        vad_chunk_case(&generated, true)?,
         minilm_case("minilm_s16", 1, 16, None)?,
         minilm_case(
             "minilm_s128",
@@ -474,6 +558,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             default: resnet50::Model::load()?.into_session(),
             tuned: Some(resnet50_tuned::Model::load()?.into_session()),
             from_onnx: None,
+            tract: None,
         },
         light_case(
             &generated,
@@ -540,6 +625,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             default: ocr_det::Model::load()?.into_session(),
             tuned: None,
             from_onnx: None,
+            tract: None,
         },
         Case {
             name: "torch_cnn",
@@ -551,12 +637,98 @@ fn cases() -> Result<Vec<Case>, Failure> {
             default: torch_cnn::Model::load()?.into_session(),
             tuned: None,
             from_onnx: Some(torch_cnn_onnx::Model::load()?.into_session()),
+            tract: None,
         },
         recurrent_case(&generated, "crnn_w128", "image", &[1, 1, 32, 128])?,
         recurrent_case(&generated, "crnn_w512", "image", &[1, 1, 32, 512])?,
         recurrent_case(&generated, "gru_t50", "frames", &[50, 1, 80])?,
         recurrent_case(&generated, "gru_t200", "frames", &[200, 1, 80])?,
     ])
+}
+
+/// silero-vad on one chunk (576 samples: 64 of context and 512 new) with its state, as
+/// an app streaming 16 kHz audio calls it: its export with an If (the package's default),
+/// or the one without, which is also measured in tract (`vad_chunk_vs_tract`: tract
+/// cannot load the other).
+fn vad_chunk_case(generated: &Path, ifless: bool) -> Result<Case, Failure> {
+    let (name, file, default) = if ifless {
+        (
+            "vad_chunk_ifless",
+            "silero_vad_op18_ifless.onnx",
+            vad_chunk_ifless::Model::load()?.into_session(),
+        )
+    } else {
+        (
+            "vad_chunk",
+            "silero_vad.onnx",
+            vad_chunk::Model::load()?.into_session(),
+        )
+    };
+    let case = Case {
+        name,
+        onnx: generated.join(file),
+        function: "main",
+        inputs: vec![
+            Input {
+                name: "input",
+                shape: vec![1, 576],
+                kind: Kind::Float,
+            },
+            Input {
+                name: "state",
+                shape: vec![2, 1, 128],
+                kind: Kind::Float,
+            },
+            Input {
+                name: "sr",
+                shape: vec![],
+                kind: Kind::Integer(16000),
+            },
+        ],
+        // Its STFT as a convolution (258 x 256 taps over 4 frames), four convolutions
+        // (129->128, 128->64, 64->64, 64->128, kernel 3), one LSTM step (4 x 128 x 256)
+        // and the decoder.
+        flops: 2.0
+            * (258.0 * 256.0 * 4.0
+                + 3.0 * (129.0 * 128.0 * 4.0 + 128.0 * 64.0 * 2.0 + 64.0 * 64.0 + 64.0 * 128.0)
+                + 4.0 * 128.0 * 256.0
+                + 128.0),
+        default,
+        tuned: None,
+        from_onnx: None,
+        tract: None,
+    };
+    // In the order of the compiled function's arguments (the two exports differ).
+    let mut case = case;
+    let order: Vec<String> = case.default.signature().functions[0]
+        .inputs
+        .iter()
+        .map(|input| input.name.clone())
+        .collect();
+    case.inputs
+        .sort_by_key(|input| order.iter().position(|name| name == input.name));
+    if !ifless {
+        return Ok(case);
+    }
+    let tensors = inputs(&case)?;
+    let values: Vec<(&str, &[usize], tract_peer::Value<'_>)> = case
+        .inputs
+        .iter()
+        .zip(&tensors)
+        .map(|(input, tensor)| {
+            let value = match input.kind {
+                Kind::Integer(_) => tract_peer::Value::Integers(tensor.as_slice::<i64>()?),
+                _ => tract_peer::Value::Floats(tensor.as_slice::<f32>()?),
+            };
+            Ok((input.name, input.shape.as_slice(), value))
+        })
+        .collect::<Result<_, relax_runtime::Error>>()?;
+    let tract = tract_peer::Runner::new(&case.onnx, &values)
+        .map_err(|error| format!("tract could not load {}: {error:?}", case.onnx.display()))?;
+    Ok(Case {
+        tract: Some(tract),
+        ..case
+    })
 }
 
 /// The recurrent models build.rs generates (make_models.py's crnn and gru), at one
@@ -604,6 +776,7 @@ fn recurrent_case(
         default,
         tuned: None,
         from_onnx: None,
+        tract: None,
     })
 }
 
@@ -630,6 +803,7 @@ fn light_case(
         default,
         tuned: None,
         from_onnx: None,
+        tract: None,
     }
 }
 
@@ -660,6 +834,7 @@ fn inputs(case: &Case) -> Result<Vec<Tensor>, Failure> {
                     Tensor::from_slice(&values, &input.shape)?
                 }
                 Kind::Mask => Tensor::from_slice(&vec![1i64; count], &input.shape)?,
+                Kind::Integer(value) => Tensor::from_slice(&vec![value; count], &input.shape)?,
             })
         })
         .collect()
@@ -750,7 +925,9 @@ fn harness_cases(cases: &[Case]) -> Result<Vec<Value>, Failure> {
                 .map(|(input, tensor)| {
                     let (dtype, data) = match input.kind {
                         Kind::Float => ("float32", json!(tensor.as_slice::<f32>()?)),
-                        Kind::TokenIds | Kind::Mask => ("int64", json!(tensor.as_slice::<i64>()?)),
+                        Kind::TokenIds | Kind::Mask | Kind::Integer(_) => {
+                            ("int64", json!(tensor.as_slice::<i64>()?))
+                        }
                     };
                     Ok((
                         input.name.to_string(),
@@ -895,7 +1072,15 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
         for (build, session, function) in builds {
             let Some(session) = session else { continue };
             let output = session.call(function, &arguments)?;
-            let tensor = output.into_tensor().ok_or("a tuple output")?;
+            // The first output (onnxruntime's harness gives its first).
+            let tensor = match output {
+                relax_runtime::Output::Tensor(tensor) => tensor,
+                relax_runtime::Output::Tuple(items) => items
+                    .into_iter()
+                    .next()
+                    .and_then(relax_runtime::Output::into_tensor)
+                    .ok_or("an empty or nested tuple output")?,
+            };
             let ours = tensor.as_slice::<f32>()?;
             let worst = ours
                 .iter()
@@ -911,6 +1096,21 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
                 ours.len()
             );
             failures += usize::from(!ok);
+        }
+        if let Some(tract) = &case.tract {
+            let theirs = tract.first_output()?;
+            let worst = theirs
+                .iter()
+                .zip(&reference)
+                .map(|(a, e)| (*a as f64 - e).abs() / (1.0 + e.abs()))
+                .fold(0.0f64, f64::max);
+            println!(
+                "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e} (tract against onnxruntime)",
+                if worst <= 1e-4 { "ok  " } else { "note" },
+                case.name,
+                "tract",
+                theirs.len()
+            );
         }
     }
     if failures > 0 {

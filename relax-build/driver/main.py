@@ -91,6 +91,10 @@ def run(request):
         )
         ir_module, layouts = offload.rewrite(ir_module, None)
     functions = signature.signature_of(ir_module, weight_names, layouts)
+    if request["source_kind"] == "onnx":
+        from relax_driver import onnx_source
+
+        signature.name_outputs(functions, "main", onnx_source.output_names(request["source"]))
     output_dir = request["output_dir"]
     if request["action"] == "inspect":
         files.write_atomically(

@@ -242,6 +242,7 @@ pub(crate) fn materialize(
             files: &extra_files,
             tvm_version: TVM_VERSION,
             runtime_hint,
+            state: &model.state,
         },
     )?;
     let module = relax_dir.join(format!("{}.rs", model.name));

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use crate::error::{Error, Result};
+use crate::metadata::{FunctionState, StateOutput};
 use crate::signature::{format_shape, Dim, Function, Signature, TensorType};
 
 /// Methods of the generated `Model` that a function name must not take.
@@ -27,6 +28,8 @@ pub struct Embedded<'a> {
     pub tvm_version: &'a str,
     /// The runtime libraries' folder relative to the executable's, when known.
     pub runtime_hint: Option<&'a str>,
+    /// `state.<function>` of the manifest entry: each gets a stream type.
+    pub state: &'a [FunctionState],
 }
 
 fn w(out: &mut String, line: std::fmt::Arguments<'_>) {
@@ -266,7 +269,14 @@ pub fn generate(signature: &Signature, embedded: &Embedded<'_>) -> Result<String
     for (method, index, function) in &methods {
         write_method(out, model, method, *index, function)?;
     }
+    let streams = streams(signature, embedded.state, &methods)?;
+    for stream in &streams {
+        write_stream_method(out, stream);
+    }
     w(out, format_args!("    }}"));
+    for stream in &streams {
+        write_stream_type(out, model, stream)?;
+    }
     if !embedded.files.is_empty() {
         w(out, format_args!(""));
         w(out, format_args!("    /// Files declared in `[package.metadata.relax.models.{model}.files]`, embedded as bytes."));
@@ -465,6 +475,388 @@ fn write_method(
         );
     }
     w(out, format_args!("        }}"));
+    Ok(())
+}
+
+/// A function that carries state between calls, resolved against the signature.
+struct StreamOf<'a> {
+    /// `stream` (the model's one streamed function) or `stream_<method>`.
+    method: String,
+    /// `Stream` or `<Method>Stream`.
+    type_name: String,
+    index: usize,
+    function: &'a Function,
+    /// (input position, output position) of each state input.
+    pairs: Vec<(usize, usize)>,
+}
+
+/// The manifest's `state` entries resolved to positions, each checked against the
+/// function's signature (names, dtypes, ranks and static dims).
+fn streams<'a>(
+    signature: &'a Signature,
+    state: &[FunctionState],
+    methods: &[(String, usize, &'a Function)],
+) -> Result<Vec<StreamOf<'a>>> {
+    let model = &signature.model;
+    let mut streams = Vec::new();
+    for declared in state {
+        let key = format!(
+            "package.metadata.relax.models.{model}.state.{}",
+            declared.function
+        );
+        let refuse = |message: String| Error::Model {
+            model: model.clone(),
+            key: Some(key.clone()),
+            message,
+            detail: String::new(),
+        };
+        let Some((method, index, function)) = methods
+            .iter()
+            .find(|(_, _, function)| function.name == declared.function)
+        else {
+            let names: Vec<String> = methods.iter().map(|(_, _, f)| code_span(&f.name)).collect();
+            return Err(refuse(format!(
+                "the model has no function {}; its functions are {}",
+                code_span(&declared.function),
+                names.join(", ")
+            )));
+        };
+        let mut pairs = Vec::new();
+        for (input, output) in &declared.pairs {
+            let Some(input_position) = function.inputs.iter().position(|i| &i.name == input) else {
+                let names: Vec<String> =
+                    function.inputs.iter().map(|i| code_span(&i.name)).collect();
+                return Err(refuse(format!(
+                    "{} has no input {}; its inputs are {}",
+                    code_span(&function.name),
+                    code_span(input),
+                    names.join(", ")
+                )));
+            };
+            let output_position = match output {
+                StateOutput::Position(position) if *position < function.outputs.len() => *position,
+                StateOutput::Name(name) => {
+                    match function.outputs.iter().position(|o| !o.name.is_empty() && &o.name == name) {
+                        Some(position) => position,
+                        None => return Err(refuse(format!(
+                            "{} has no output named {}; its outputs are {} (name one by its position \
+                             from 0 where it has no name: `{input} = 1`)",
+                            code_span(&function.name),
+                            code_span(name),
+                            describe_outputs(function)
+                        ))),
+                    }
+                }
+                StateOutput::Position(position) => {
+                    return Err(refuse(format!(
+                        "{} has {} outputs, so none at position {position}: {}",
+                        code_span(&function.name),
+                        function.outputs.len(),
+                        describe_outputs(function)
+                    )))
+                }
+            };
+            if pairs
+                .iter()
+                .any(|&(i, o)| i == input_position || o == output_position)
+            {
+                return Err(refuse(format!(
+                    "input {} or its output is named twice: each state input takes an output of its own",
+                    code_span(input)
+                )));
+            }
+            let taken = &function.inputs[input_position];
+            let given = &function.outputs[output_position];
+            let fits = taken.dtype == given.dtype
+                && taken.shape.len() == given.shape.len()
+                && taken.shape.iter().zip(&given.shape).all(|dims| match dims {
+                    (Dim::Static(a), Dim::Static(b)) => a == b,
+                    _ => true,
+                });
+            if !fits {
+                return Err(refuse(format!(
+                    "output {output_position} ({}) cannot be input {} ({}) of the next call: \
+                     the dtype, the rank and the fixed dims must be the same",
+                    code_span(&format!("{}{}", given.dtype, format_shape(&given.shape))),
+                    code_span(input),
+                    code_span(&format!("{}{}", taken.dtype, format_shape(&taken.shape))),
+                )));
+            }
+            pairs.push((input_position, output_position));
+        }
+        streams.push(StreamOf {
+            method: method.clone(),
+            type_name: String::new(),
+            index: *index,
+            function,
+            pairs,
+        });
+    }
+    let single = streams.len() == 1;
+    for stream in &mut streams {
+        let camel: String = stream
+            .method
+            .split('_')
+            .filter(|part| !part.is_empty())
+            .map(|part| {
+                let mut chars = part.chars();
+                chars.next().map_or(String::new(), |first| {
+                    first.to_ascii_uppercase().to_string() + chars.as_str()
+                })
+            })
+            .collect();
+        (stream.method, stream.type_name) = if single {
+            ("stream".to_string(), "Stream".to_string())
+        } else {
+            (
+                format!("stream_{}", stream.method),
+                format!("{camel}Stream"),
+            )
+        };
+        if methods
+            .iter()
+            .any(|(method, _, _)| *method == stream.method)
+        {
+            return Err(name_error(
+                model,
+                &stream.function.name,
+                &format!(
+                    "its state makes the method `{}`, which another function's method takes already; rename that function",
+                    stream.method
+                ),
+            ));
+        }
+    }
+    Ok(streams)
+}
+
+/// `0 (`output`: float32[1, 1]), 1 (float32[2, 1, 128])`.
+fn describe_outputs(function: &Function) -> String {
+    function
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(position, output)| {
+            let name = if output.name.is_empty() {
+                String::new()
+            } else {
+                format!("{}: ", output.name)
+            };
+            format!(
+                "{position} ({})",
+                code_span(&format!(
+                    "{name}{}{}",
+                    output.dtype,
+                    format_shape(&output.shape)
+                ))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn write_stream_method(out: &mut String, stream: &StreamOf<'_>) {
+    let StreamOf {
+        method,
+        type_name,
+        index,
+        function,
+        pairs,
+    } = stream;
+    w(out, format_args!(""));
+    w(
+        out,
+        format_args!(
+            "        /// Calls of {} that carry its state from one call to the next ([`{type_name}`]).",
+            code_span(&function.name)
+        ),
+    );
+    w(out, format_args!("        ///"));
+    w(out, format_args!("        /// # Errors"));
+    w(out, format_args!("        ///"));
+    w(
+        out,
+        format_args!("        /// When TVM fails to make the stream's VM."),
+    );
+    let pairs: Vec<String> = pairs.iter().map(|(i, o)| format!("({i}, {o})")).collect();
+    w(
+        out,
+        format_args!("        pub fn {method}(&self) -> Result<{type_name}> {{"),
+    );
+    w(
+        out,
+        format_args!(
+            "            Ok({type_name} {{ inner: self.session.stream_by_index({index}, &[{}])? }})",
+            pairs.join(", ")
+        ),
+    );
+    w(out, format_args!("        }}"));
+}
+
+fn write_stream_type(out: &mut String, model: &str, stream: &StreamOf<'_>) -> Result<()> {
+    let StreamOf {
+        type_name,
+        function,
+        pairs,
+        ..
+    } = stream;
+    let parameters = parameters(model, function)?;
+    let fed: Vec<usize> = (0..function.inputs.len())
+        .filter(|index| pairs.iter().all(|(input, _)| input != index))
+        .collect();
+    let returned: Vec<usize> = (0..function.outputs.len())
+        .filter(|index| pairs.iter().all(|(_, output)| output != index))
+        .collect();
+    w(out, format_args!(""));
+    w(
+        out,
+        format_args!(
+            "    /// {} called again and again, its state carried from one call to the next:",
+            code_span(&function.name)
+        ),
+    );
+    w(out, format_args!("    ///"));
+    for (input, output) in pairs {
+        let given = &function.outputs[*output];
+        let given_name = if given.name.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", code_span(&given.name))
+        };
+        w(
+            out,
+            format_args!(
+                "    /// - input {} takes output {output}{given_name} of the call before (zeros at first);",
+                code_span(&function.inputs[*input].name)
+            ),
+        );
+    }
+    w(out, format_args!("    ///"));
+    w(out, format_args!("    /// The state stays in TVM's tensors between calls (no copy through Rust). `Send`,"));
+    w(
+        out,
+        format_args!(
+            "    /// not `Sync`: one stream is one sequence of calls; make one per stream of data."
+        ),
+    );
+    w(out, format_args!("    #[derive(Debug)]"));
+    w(out, format_args!("    pub struct {type_name} {{"));
+    w(out, format_args!("        inner: ::relax_runtime::Stream,"));
+    w(out, format_args!("    }}"));
+    w(out, format_args!(""));
+    w(out, format_args!("    impl {type_name} {{"));
+    let inputs: Vec<String> = fed
+        .iter()
+        .map(|&index| {
+            let input = &function.inputs[index];
+            code_span(&format!(
+                "{}: {}{}",
+                input.name,
+                input.dtype,
+                format_shape(&input.shape)
+            ))
+        })
+        .collect();
+    let outputs: Vec<String> = returned
+        .iter()
+        .map(|&index| {
+            let output = &function.outputs[index];
+            code_span(&format!("{}{}", output.dtype, format_shape(&output.shape)))
+        })
+        .collect();
+    w(
+        out,
+        format_args!(
+            "        /// One call: {} -> {}; the state moves on.",
+            if inputs.is_empty() {
+                "no input".to_string()
+            } else {
+                inputs.join(", ")
+            },
+            if outputs.is_empty() {
+                "no output".to_string()
+            } else {
+                outputs.join(", ")
+            }
+        ),
+    );
+    w(out, format_args!("        ///"));
+    w(out, format_args!("        /// # Errors"));
+    w(out, format_args!("        ///"));
+    w(
+        out,
+        format_args!(
+            "        /// As the model's methods; a failed call leaves the state as it was."
+        ),
+    );
+    let arguments: Vec<String> = fed
+        .iter()
+        .map(|&index| format!("{}: &Tensor", parameters[index]))
+        .collect();
+    let passed: Vec<&str> = fed
+        .iter()
+        .map(|&index| parameters[index].as_str())
+        .collect();
+    let count = returned.len();
+    let names: Vec<String> = (0..count).map(|index| format!("output{index}")).collect();
+    let (returns, value) = match count {
+        0 => ("()".to_string(), "()".to_string()),
+        1 => ("Tensor".to_string(), names[0].clone()),
+        _ => (
+            format!("({})", vec!["Tensor"; count].join(", ")),
+            format!("({})", names.join(", ")),
+        ),
+    };
+    w(
+        out,
+        format_args!(
+            "        pub fn push(&mut self, {}) -> Result<{returns}> {{",
+            arguments.join(", ")
+        ),
+    );
+    w(
+        out,
+        format_args!(
+            "            let [{}] = self.inner.push_array::<{count}>(&[{}])?;",
+            names.join(", "),
+            passed.join(", ")
+        ),
+    );
+    w(out, format_args!("            Ok({value})"));
+    w(out, format_args!("        }}"));
+    w(out, format_args!(""));
+    w(
+        out,
+        format_args!("        /// Forgets the state: the next push starts from zeros."),
+    );
+    w(out, format_args!("        pub fn reset(&mut self) {{"));
+    w(out, format_args!("            self.inner.reset()"));
+    w(out, format_args!("        }}"));
+    w(out, format_args!(""));
+    w(
+        out,
+        format_args!(
+            "        /// The stream by input names: its state tensors (`state`, `set_state`)."
+        ),
+    );
+    w(
+        out,
+        format_args!("        pub fn as_stream(&self) -> &::relax_runtime::Stream {{"),
+    );
+    w(out, format_args!("            &self.inner"));
+    w(out, format_args!("        }}"));
+    w(out, format_args!(""));
+    w(
+        out,
+        format_args!("        /// The same, to set a state tensor."),
+    );
+    w(
+        out,
+        format_args!("        pub fn as_stream_mut(&mut self) -> &mut ::relax_runtime::Stream {{"),
+    );
+    w(out, format_args!("            &mut self.inner"));
+    w(out, format_args!("        }}"));
+    w(out, format_args!("    }}"));
     Ok(())
 }
 

@@ -260,6 +260,9 @@ pub struct Model {
     pub inputs: Vec<MethodInputs>,
     /// `tune = { trials = N }`: meta-schedule trials per task for `cargo relax tune`.
     pub tune: Option<Tune>,
+    /// `state.<function>`: the state each function's calls carry, for the generated
+    /// `stream()` (it changes no compiled code).
+    pub state: Vec<FunctionState>,
 }
 
 /// How `cargo relax tune` tunes a model (a build only applies committed records).
@@ -417,6 +420,22 @@ pub struct MethodInputs {
     pub arguments: Vec<(String, TensorSpec)>,
 }
 
+/// `state.<function> = { <input> = <output> }`: the inputs of `function` that take an
+/// output of its call before.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionState {
+    pub function: String,
+    /// Each state input's name and the output that feeds it.
+    pub pairs: Vec<(String, StateOutput)>,
+}
+
+/// The output that feeds a state input: by name (ONNX graphs name theirs) or position.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StateOutput {
+    Name(String),
+    Position(usize),
+}
+
 /// The Relax pipeline a model is compiled with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -496,6 +515,8 @@ struct RawModel {
     #[serde(default)]
     files: toml::Table,
     tune: Option<Tune>,
+    #[serde(default)]
+    state: toml::Table,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1006,6 +1027,46 @@ fn validate_model(
             arguments: parsed,
         });
     }
+    let mut state = Vec::new();
+    for (function, pairs) in raw.state {
+        let function_key = key(&format!("state.{function}"));
+        let toml::Value::Table(pairs) = pairs else {
+            return Err(keys.error(
+                function_key,
+                "expected a table of input = output, e.g. { state = \"stateN\" } (the output by \
+                 name) or { state = 1 } (by position)",
+            ));
+        };
+        if pairs.is_empty() {
+            return Err(keys.error(
+                function_key,
+                "names no state input: give at least one input = output, or remove the key",
+            ));
+        }
+        let mut parsed = Vec::new();
+        for (input, output) in pairs {
+            let output = match output {
+                toml::Value::String(name) => StateOutput::Name(name),
+                toml::Value::Integer(position) if position >= 0 => {
+                    StateOutput::Position(position as usize)
+                }
+                other => {
+                    return Err(keys.error(
+                        format!("{function_key}.{input}"),
+                        format!(
+                            "expected the output that feeds input `{input}`: its name (\"stateN\") \
+                             or its position from 0, found {other}"
+                        ),
+                    ))
+                }
+            };
+            parsed.push((input, output));
+        }
+        state.push(FunctionState {
+            function,
+            pairs: parsed,
+        });
+    }
     if kind == SourceKind::TorchProgram && !inputs.is_empty() {
         return Err(keys.error(
             key("inputs"),
@@ -1027,6 +1088,7 @@ fn validate_model(
         options,
         inputs,
         tune: raw.tune,
+        state,
     })
 }
 

@@ -159,6 +159,18 @@ pub enum Error {
         available: String,
     },
 
+    /// A stream's state declaration does not fit the function, or a push got the wrong
+    /// number of inputs.
+    #[error("model `{model}`, function `{function}`, streamed with state: {message}")]
+    Stream {
+        /// The model's name.
+        model: String,
+        /// The function's name.
+        function: String,
+        /// What does not fit, and the fix.
+        message: String,
+    },
+
     /// An operating-system call failed.
     #[error("{context}: {source}")]
     Io {

@@ -111,6 +111,7 @@ pub mod rpc;
 mod runtime;
 mod session;
 mod set_ops;
+mod stream;
 mod tensor;
 #[cfg(feature = "ndarray")]
 mod tensor_ndarray;
@@ -135,6 +136,7 @@ pub use locate::RUNTIME_DIR_VARIABLE;
 pub use profile::{CallKind, Profile, ProfileRow, PROFILE_SHAPES, PROFILE_VARIABLE};
 pub use relax_perf_map::PERF_MAP_VARIABLE;
 pub use session::Session;
+pub use stream::Stream;
 pub use tensor::Tensor;
 pub use threads::{set_threads_per_call, threads_per_call};
 pub use vm::{Function, Output, VirtualMachine};

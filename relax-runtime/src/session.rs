@@ -4,13 +4,14 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::library;
 use crate::locate::Hints;
 use crate::private::EmbeddedModel;
 use crate::profile::{self, Profile};
 use crate::runtime;
 use crate::signature::ModelSignature;
+use crate::stream::Stream;
 use crate::tensor::Tensor;
 use crate::vm::{Instance, Model, Output, VirtualMachine};
 use crate::weights;
@@ -213,6 +214,80 @@ impl Session {
     ) -> Result<[Tensor; N]> {
         let name = &self.model.signature.functions[index].name;
         self.call_by_index(index, inputs)?.tuple(self.name(), name)
+    }
+
+    /// A stream of calls of function `name` that carry state: for each `(input, output)`
+    /// of `state`, the output of one call is that input of the next (zeros before the
+    /// first). `output` is the output's name (ONNX models name theirs) or its position
+    /// (`"1"`). The generated `Model::stream()` makes one for the `state` its manifest
+    /// entry declares.
+    ///
+    /// ```no_run
+    /// # fn vad(session: &relax_runtime::Session, chunk: &relax_runtime::Tensor, rate: &relax_runtime::Tensor) -> relax_runtime::Result<()> {
+    /// let mut stream = session.stream("main", &[("state", "stateN")])?;
+    /// let probability = &stream.push(&[chunk, rate])?[0];
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When the model has no such function, input or output, or an output cannot be
+    /// its input (another dtype or rank, or other static dims).
+    pub fn stream(&self, name: &str, state: &[(&str, &str)]) -> Result<Stream> {
+        let index = self.model.signature.function_index(name)?;
+        let function = &self.model.signature.functions[index];
+        let refuse = |message: String| Error::Stream {
+            model: self.name().to_string(),
+            function: name.to_string(),
+            message,
+        };
+        let mut positions = Vec::new();
+        for (input, output) in state {
+            let input_position = function
+                .inputs
+                .iter()
+                .position(|argument| argument.name == *input)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = function
+                        .inputs
+                        .iter()
+                        .map(|input| input.name.as_str())
+                        .collect();
+                    refuse(format!(
+                        "it has no input `{input}`; its inputs are: {}",
+                        names.join(", ")
+                    ))
+                })?;
+            let output_position = function
+                .outputs
+                .iter()
+                .position(|result| !result.name.is_empty() && result.name == *output)
+                .or_else(|| output.parse::<usize>().ok())
+                .ok_or_else(|| {
+                    let names: Vec<String> = function
+                        .outputs
+                        .iter()
+                        .enumerate()
+                        .map(|(position, result)| match result.name.as_str() {
+                            "" => position.to_string(),
+                            named => format!("{named} ({position})"),
+                        })
+                        .collect();
+                    refuse(format!(
+                        "it has no output `{output}`; its outputs are, by name where they have one and position: {}",
+                        names.join(", ")
+                    ))
+                })?;
+            positions.push((input_position, output_position));
+        }
+        self.stream_by_index(index, &positions)
+    }
+
+    /// [`Session::stream`] by positions: function `index`, `(input, output)` pairs (what
+    /// the generated code calls).
+    #[doc(hidden)]
+    pub fn stream_by_index(&self, index: usize, state: &[(usize, usize)]) -> Result<Stream> {
+        Stream::new(Arc::clone(&self.model), index, state)
     }
 
     fn take_instance(&self) -> Result<Instance> {

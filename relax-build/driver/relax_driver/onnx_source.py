@@ -129,6 +129,14 @@ def pinning_line(model, request):
     return f"[package.metadata.relax.models.{model_name}]\n  inputs.main = {{ {', '.join(specs)} }}"
 
 
+def output_names(source_path):
+    """The graph's output names, in order (the order of the imported `main`'s outputs)."""
+    import onnx
+
+    model = onnx.load(source_path, load_external_data=False)
+    return [output.name for output in model.graph.output]
+
+
 def read_model(source_path):
     import onnx
 

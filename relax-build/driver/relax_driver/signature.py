@@ -82,6 +82,15 @@ def signature_of(ir_module, weight_names, layouts=None):
     return functions
 
 
+def name_outputs(functions, function_name, names):
+    """Names the outputs of `function_name` (an ONNX graph's output names), when there are
+    as many names as outputs; the generated code's stream state may name them."""
+    for function in functions:
+        if function["name"] == function_name and len(function["outputs"]) == len(names):
+            for output, name in zip(function["outputs"], names):
+                output["name"] = name
+
+
 def symbolic_dims(functions):
     """The names of the symbolic dims of every function's inputs, in order of appearance."""
     names = []

@@ -62,6 +62,7 @@ fn golden_generated_code() {
             files: &[("labels".to_string(), "relax/pair/files/labels".to_string())],
             tvm_version: "0.27.0.post1",
             runtime_hint: Some("build/pair-0123/out/relax/runtime"),
+            state: &[],
         },
     )
     .unwrap();
@@ -198,6 +199,7 @@ fn generate_hostile(origin: &str) -> String {
             files: &[],
             tvm_version: "0.27.0.post1",
             runtime_hint: Some("a\"b\nc"),
+            state: &[],
         },
     )
     .unwrap()
@@ -273,6 +275,7 @@ fn a_signature_naming_another_kind_of_model_is_refused() {
             files: &[],
             tvm_version: "0.27.0.post1",
             runtime_hint: None,
+            state: &[],
         },
     )
     .unwrap_err();
