@@ -303,7 +303,16 @@ pub fn generate(signature: &Signature, embedded: &Embedded<'_>) -> Result<String
 
 /// `forward(x: float32[batch, 64]) -> float32[batch, 10]`
 fn relax_signature(function: &Function) -> String {
-    let outputs = describe(&function.outputs);
+    // Outputs by type alone (ONNX graphs name theirs; the stream docs give the names).
+    let unnamed: Vec<TensorType> = function
+        .outputs
+        .iter()
+        .map(|output| TensorType {
+            name: String::new(),
+            ..output.clone()
+        })
+        .collect();
+    let outputs = describe(&unnamed);
     let returns = if function.returns_tuple {
         format!("({outputs})")
     } else {
