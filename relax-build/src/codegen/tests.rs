@@ -295,3 +295,95 @@ fn escaped_text_keeps_printable_characters() {
     assert_eq!(escape_text("\u{202e}x\u{0}"), "\\u{202e}x\\0");
     assert_eq!(code_span("*/"), "`*/`");
 }
+
+/// A VAD-shaped ONNX signature: `state` in, `stateN` out.
+const STREAMED: &str = r#"{
+  "model": "vad", "tvm_version": "0.27.0.post1", "target": "{\"kind\":\"llvm\"}",
+  "functions": [{
+    "name": "main",
+    "inputs": [
+      {"name": "input", "dtype": "float32", "shape": [1, 576]},
+      {"name": "state", "dtype": "float32", "shape": [2, 1, 128]},
+      {"name": "sr", "dtype": "int64", "shape": []}
+    ],
+    "weights": [],
+    "outputs": [
+      {"name": "output", "dtype": "float32", "shape": [1, 1]},
+      {"name": "stateN", "dtype": "float32", "shape": [2, 1, 128]}
+    ],
+    "returns_tuple": true
+  }]
+}"#;
+
+fn generate_streamed(pairs: &[(&str, StateOutput)]) -> Result<String> {
+    let signature: Signature = serde_json::from_str(STREAMED).unwrap();
+    let state = [FunctionState {
+        function: "main".to_string(),
+        pairs: pairs
+            .iter()
+            .map(|(input, output)| (input.to_string(), output.clone()))
+            .collect(),
+    }];
+    generate(
+        &signature,
+        &Embedded {
+            origin: "`vad.onnx`",
+            cargo_target: "x86_64-unknown-linux-gnu",
+            signature_json: "{}",
+            library: "relax/vad/library.so",
+            library_sha256: "00",
+            weights: None,
+            files: &[],
+            tvm_version: "0.27.0.post1",
+            runtime_hint: None,
+            state: &state,
+        },
+    )
+}
+
+#[test]
+fn declared_state_makes_a_stream_whose_push_takes_the_other_inputs() {
+    let by_name = generate_streamed(&[("state", StateOutput::Name("stateN".to_string()))]).unwrap();
+    assert!(by_name.contains("pub fn stream(&self) -> Result<Stream> {"));
+    assert!(by_name.contains("self.session.stream_by_index(0, &[(1, 1)])"));
+    assert!(
+        by_name.contains("pub fn push(&mut self, input: &Tensor, sr: &Tensor) -> Result<Tensor> {")
+    );
+    assert!(by_name.contains("let [output0] = self.inner.push_array::<1>(&[input, sr])?;"));
+    // By position, the same code.
+    let by_position = generate_streamed(&[("state", StateOutput::Position(1))]).unwrap();
+    assert_eq!(by_name, by_position);
+}
+
+#[test]
+fn a_state_that_does_not_fit_names_the_key_and_what_is_there() {
+    let message = |pairs: &[(&str, StateOutput)]| generate_streamed(pairs).unwrap_err().to_string();
+    let key = "package.metadata.relax.models.vad.state.main";
+    let wrong_output = message(&[("state", StateOutput::Name("state_n".to_string()))]);
+    assert!(wrong_output.contains(key), "{wrong_output}");
+    assert!(
+        wrong_output.contains("has no output named `state_n`; its outputs are 0 (`output: float32[1, 1]`), 1 (`stateN: float32[2, 1, 128]`)"),
+        "{wrong_output}"
+    );
+    let wrong_input = message(&[("hidden", StateOutput::Position(1))]);
+    assert!(
+        wrong_input.contains("has no input `hidden`; its inputs are `input`, `state`, `sr`"),
+        "{wrong_input}"
+    );
+    let wrong_shape = message(&[("state", StateOutput::Position(0))]);
+    assert!(
+        wrong_shape
+            .contains("output 0 (`float32[1, 1]`) cannot be input `state` (`float32[2, 1, 128]`)"),
+        "{wrong_shape}"
+    );
+    let out_of_range = message(&[("state", StateOutput::Position(2))]);
+    assert!(
+        out_of_range.contains("has 2 outputs, so none at position 2"),
+        "{out_of_range}"
+    );
+    let twice = message(&[
+        ("state", StateOutput::Position(1)),
+        ("input", StateOutput::Position(1)),
+    ]);
+    assert!(twice.contains("is named twice"), "{twice}");
+}

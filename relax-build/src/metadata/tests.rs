@@ -829,3 +829,45 @@ fn an_entry_checked_alone_keeps_the_packages_allow_outside() {
     let model = Model::from_entry("m", &nested.app(), entry).unwrap();
     assert_eq!(model.source, nested.app().join("../outside/m.onnx"));
 }
+
+#[test]
+fn state_names_an_output_by_name_or_position() {
+    let metadata = Package::new()
+        .parse(
+            "[package.metadata.relax.models.vad]\nsource = \"models/digits.onnx\"\n\
+             state.main = { state = \"stateN\", cache = 2 }\n",
+        )
+        .unwrap();
+    assert_eq!(
+        metadata.models[0].state,
+        vec![FunctionState {
+            function: "main".to_string(),
+            pairs: vec![
+                ("state".to_string(), StateOutput::Name("stateN".to_string())),
+                ("cache".to_string(), StateOutput::Position(2)),
+            ],
+        }]
+    );
+}
+
+#[test]
+fn a_state_without_an_output_names_its_key() {
+    let package = Package::new();
+    let source = "[package.metadata.relax.models.vad]\nsource = \"models/digits.onnx\"\n";
+    assert_contains(
+        &package.error(&format!("{source}state.main = {{ state = -1 }}\n")),
+        "state.main.state",
+    );
+    assert_contains(
+        &package.error(&format!("{source}state.main = {{ state = true }}\n")),
+        "its name (\"stateN\") or its position from 0, found true",
+    );
+    assert_contains(
+        &package.error(&format!("{source}state.main = {{}}\n")),
+        "names no state input",
+    );
+    assert_contains(
+        &package.error(&format!("{source}state.main = \"stateN\"\n")),
+        "expected a table of input = output",
+    );
+}
