@@ -39,6 +39,41 @@ const YIELD_EVERY: u32 = 64;
 /// workers run TVM's compiled code (the 2 MiB of a Rust thread is less).
 const WORKER_STACK: usize = 8 << 20;
 
+/// Whether launches are counted ([`count`]; the profiler turns it on).
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
+/// The parallel work one thread launched (see [`this_thread_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PoolCounts {
+    /// Parallel launches (a kernel's or a compiled parallel loop's) of two or more tasks.
+    pub(crate) launches: u64,
+    /// Launches that found a worker asleep and woke it.
+    pub(crate) wakes: u64,
+    /// Tasks run by a worker rather than the launching thread.
+    pub(crate) worker_tasks: u64,
+}
+
+impl PoolCounts {
+    /// What was counted between `earlier` and `self`.
+    pub(crate) fn since(self, earlier: PoolCounts) -> PoolCounts {
+        PoolCounts {
+            launches: self.launches - earlier.launches,
+            wakes: self.wakes - earlier.wakes,
+            worker_tasks: self.worker_tasks - earlier.worker_tasks,
+        }
+    }
+}
+
+/// Turns counting on, for every thread.
+pub(crate) fn count() {
+    COUNTING.store(true, Ordering::Relaxed);
+}
+
+/// The launches this thread made so far, while counting was on.
+pub(crate) fn this_thread_counts() -> PoolCounts {
+    COUNTS.get()
+}
+
 /// A task panicked (relax-runtime's kernels turn their panics into errors first, and
 /// TVM's compiled loops cannot panic, so this means a bug).
 #[derive(Debug)]
@@ -95,6 +130,10 @@ thread_local! {
     /// Whether this thread is running a task (of its own pool's launch or, for a
     /// worker, of its owner's).
     static IN_TASK: Cell<bool> = const { Cell::new(false) };
+    /// The launches this thread made, while counting is on.
+    static COUNTS: Cell<PoolCounts> = const {
+        Cell::new(PoolCounts { launches: 0, wakes: 0, worker_tasks: 0 })
+    };
 }
 
 /// One launch's body, which the caller keeps alive until every task has finished.
@@ -208,12 +247,16 @@ impl Pool {
         shared
             .claims
             .store(u64::from(tasks_field) << 32, Ordering::SeqCst);
-        if shared.sleeping.load(Ordering::SeqCst) > 0 {
+        let woke = shared.sleeping.load(Ordering::SeqCst) > 0;
+        if woke {
             for worker in &self.workers {
                 worker.unpark();
             }
         }
-        while shared.claim_and_run() {}
+        let mut own_tasks = 0;
+        while shared.claim_and_run() {
+            own_tasks += 1;
+        }
         // Every task is claimed; the ones left run on workers that started them (and
         // may share this thread's core: see `YIELD_EVERY`).
         let mut spins = 0u32;
@@ -224,6 +267,13 @@ impl Pool {
             } else {
                 std::hint::spin_loop();
             }
+        }
+        if COUNTING.load(Ordering::Relaxed) {
+            let mut counts = COUNTS.get();
+            counts.launches += 1;
+            counts.wakes += u64::from(woke);
+            counts.worker_tasks += (tasks - own_tasks) as u64;
+            COUNTS.set(counts);
         }
         if shared.panicked.load(Ordering::Relaxed) {
             Err(Panicked)

@@ -21,6 +21,7 @@ use crate::api;
 use crate::error::{Error, Result};
 use crate::globals;
 use crate::object::{self, Callee, Object};
+use crate::pool;
 use crate::sys;
 
 /// The variable that turns profiling on (`1`, `true` or `yes`), read once per process.
@@ -142,6 +143,14 @@ pub struct Profile {
     pub total: Duration,
     /// One row per call target, the longest total first.
     pub rows: Vec<ProfileRow>,
+    /// Parallel launches of two or more tasks on relax-runtime's thread pool (kernels'
+    /// and compiled parallel loops') during the model's calls.
+    pub pool_launches: u64,
+    /// Of those, the launches that found a worker asleep (idle for longer than its spin)
+    /// and woke it: each costs the wake-up of a thread.
+    pub pool_wakes: u64,
+    /// Tasks of those launches run by a worker rather than the calling thread.
+    pub pool_worker_tasks: u64,
 }
 
 impl Profile {
@@ -168,6 +177,16 @@ impl std::fmt::Display for Profile {
             self.model,
             self.calls,
             self.total.as_secs_f64() * 1e3
+        )?;
+        let per_call = |count: u64| count as f64 / self.calls.max(1) as f64;
+        writeln!(
+            f,
+            "thread pools: {} parallel launches ({:.1} a call), {} of them woke a sleeping worker ({:.2} a call), {} tasks ran on workers",
+            self.pool_launches,
+            per_call(self.pool_launches),
+            self.pool_wakes,
+            per_call(self.pool_wakes),
+            self.pool_worker_tasks
         )?;
         let width = self
             .rows
@@ -210,6 +229,8 @@ struct State {
     calls: u64,
     total: Duration,
     rows: HashMap<String, Entry>,
+    /// The thread pool's launches during the calls.
+    pool: pool::PoolCounts,
 }
 
 struct Entry {
@@ -258,6 +279,7 @@ fn pop(depth: usize) -> Option<(Duration, Duration)> {
 
 impl Profiler {
     pub(crate) fn new(model: &str, mode: Mode) -> Profiler {
+        pool::count();
         Profiler {
             model: model.to_string(),
             shapes: mode == Mode::Shapes,
@@ -274,11 +296,16 @@ impl Profiler {
     /// Runs `call` (one call of the Relax function `function` from Rust) and records it.
     pub(crate) fn time_call<T>(&self, function: &str, call: impl FnOnce() -> T) -> T {
         let depth = push();
+        let launched_before = pool::this_thread_counts();
         let output = call();
+        let launched = pool::this_thread_counts().since(launched_before);
         if let Some((elapsed, own)) = pop(depth) {
             let mut state = self.state();
             state.calls += 1;
             state.total += elapsed;
+            state.pool.launches += launched.launches;
+            state.pool.wakes += launched.wakes;
+            state.pool.worker_tasks += launched.worker_tasks;
             record(&mut state, function, || CallKind::Function, own);
         }
         output
@@ -303,6 +330,9 @@ impl Profiler {
             calls: state.calls,
             total: state.total,
             rows,
+            pool_launches: state.pool.launches,
+            pool_wakes: state.pool.wakes,
+            pool_worker_tasks: state.pool.worker_tasks,
         }
     }
 
@@ -534,6 +564,9 @@ mod tests {
                     total: Duration::from_millis(1),
                 },
             ],
+            pool_launches: 6,
+            pool_wakes: 1,
+            pool_worker_tasks: 5,
         };
         let table = profile.to_string();
         let lines: Vec<&str> = table.lines().collect();
@@ -541,12 +574,16 @@ mod tests {
             lines[0],
             "relax-runtime profile of model `m`: 2 calls, 4.000 ms"
         );
-        assert!(lines[1].starts_with("name"), "{table}");
+        assert_eq!(
+            lines[1],
+            "thread pools: 6 parallel launches (3.0 a call), 1 of them woke a sleeping worker (0.50 a call), 5 tasks ran on workers"
+        );
+        assert!(lines[2].starts_with("name"), "{table}");
         assert!(
-            lines[2].starts_with("relax_runtime.dense  kernel")
-                && lines[2].ends_with("3.000      750.00   75.0%"),
+            lines[3].starts_with("relax_runtime.dense  kernel")
+                && lines[3].ends_with("3.000      750.00   75.0%"),
             "{table}"
         );
-        assert!(lines[3].ends_with("25.0%"), "{table}");
+        assert!(lines[4].ends_with("25.0%"), "{table}");
     }
 }

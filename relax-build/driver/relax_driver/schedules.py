@@ -102,6 +102,24 @@ def across_vectors(sch, info, lanes):
     )
 
 
+# Below this many iterations (over all of a block's loops, its reductions' included) a
+# block runs on the calling thread: a parallel launch costs more than it saves. silero-vad's
+# call made 46 launches for tensors of 128 to 1,000 values (expand_dims, squeeze, relu).
+MIN_PARALLEL_ITERATIONS = 8192
+
+
+def worth_parallel(sch, loops):
+    """Whether a block whose loops are `loops` has enough iterations to run in parallel
+    (a symbolic extent counts as enough)."""
+    total = 1
+    for loop in loops:
+        extent = get_extent(sch, loop)
+        if not isinstance(extent, int):
+            return True
+        total *= extent
+    return total >= MIN_PARALLEL_ITERATIONS
+
+
 def single_output(info):
     """Whether every spatial iterator of the block has extent 1."""
     for iterator in info.iters:
@@ -122,7 +140,8 @@ class Injective(dlight.cpu.base.CPUScheduleRule):
     split into vectorized chunks and the loops around it fused into one parallel loop,
     so that index arithmetic (divisions by symbolic dims, for a transpose or a
     broadcast) happens once per row, not per element. A symbolic innermost loop stays a
-    plain loop inside the parallel rows, for LLVM to vectorize. Otherwise the fewest
+    plain loop inside the parallel rows, for LLVM to vectorize (a block of fewer than
+    MIN_PARALLEL_ITERATIONS iterations runs sequentially). Otherwise the fewest
     innermost loops whose extents multiply to a multiple of the vector width (a 56x56
     plane: 3136 = 196 x 16) are fused and split into vectors, and everything around them
     runs in parallel: a vector loop with a leftover part would be guarded lane by lane,
@@ -142,6 +161,7 @@ class Injective(dlight.cpu.base.CPUScheduleRule):
             loops = sch.get_loops(info.block_rv)
             if not loops:
                 continue
+            parallel = worth_parallel(sch, loops)
             innermost = get_extent(sch, loops[-1])
             if len(loops) > 1 and not isinstance(innermost, int):
                 # A symbolic row (an image's width): split into vectors, the last one
@@ -152,7 +172,8 @@ class Injective(dlight.cpu.base.CPUScheduleRule):
                 continue
             if len(loops) > 1 and innermost % lanes == 0:
                 rows = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-                sch.parallel(rows)
+                if parallel:
+                    sch.parallel(rows)
                 split_vectorize(sch, loops[-1], lanes)
                 continue
             count, width = exact_vector_suffix(sch, loops, lanes)
@@ -160,7 +181,7 @@ class Injective(dlight.cpu.base.CPUScheduleRule):
             fused = sch.fuse(*inner) if count > 1 else inner[0]
             vectors = split_vectorize(sch, fused, width)
             outer = loops[:-count] + ([vectors] if vectors is not None else [])
-            if outer:
+            if outer and parallel:
                 sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
         return sch
 
@@ -227,7 +248,8 @@ class Fallback(dlight.cpu.base.CPUScheduleRule):
                 if leading > 1 and (whole_vectors or enough_iterations(sch, loops[: leading - 1]))
                 else loops[:leading]
             )
-            sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+            if worth_parallel(sch, loops):
+                sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
             changed = True
             if len(outer) == leading - 1:
                 try:

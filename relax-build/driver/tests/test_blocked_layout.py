@@ -749,3 +749,59 @@ class Splits(unittest.TestCase):
             vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
             results.append(vm["main"](*[tvm.runtime.tensor(a) for a in arguments]).numpy())
         np.testing.assert_allclose(results[1], results[0], rtol=1e-6)
+
+
+@tvm.script.ir_module
+class NegativeAxes:
+    """As silero VAD's decoder: in an `If`'s branch, a convolution, then a squeeze of
+    axis -1 (TVM 0.27's ConvertLayout wrote before the start of its axis string:
+    std::bad_alloc), a concatenation and a split of axis -1."""
+
+    @R.function
+    def main(x: R.Tensor((1, 64, 14, 14), "float32"), c: R.Tensor((), "bool"), w: R.Tensor((64, 64, 3, 3), "float32")):
+        R.func_attr({"num_input": 2})
+        if c:
+            with R.dataflow():
+                y = R.nn.relu(R.nn.conv2d(x, w, padding=[1, 1, 1, 1]))
+                rows = R.squeeze(R.sum(y, axis=[3], keepdims=True), axis=[-1])
+                both = R.concat((rows, rows), axis=-1)
+                parts = R.split(both, indices_or_sections=[10], axis=-1)
+                out = R.add(parts[0], R.strided_slice(parts[1], axes=[2], begin=[0], end=[10]))
+                R.output(out)
+            r = out
+        else:
+            with R.dataflow():
+                z = R.zeros(R.shape([1, 64, 10]), "float32")
+                R.output(z)
+            r = z
+        return r
+
+
+class Axes(unittest.TestCase):
+    def test_negative_axes_no_longer_keep_the_module_nchw(self):
+        warnings = []
+        converted, blocked, _ = blocked_layout.convert(NegativeAxes, X86, warnings)
+        self.assertEqual(warnings, [])
+        self.assertTrue(blocked)
+        self.assertIn('data_layout="NCHW16c"', converted.script())
+
+    def test_a_convolution_in_a_branch_is_counted(self):
+        module = relax.transform.ConvertLayout(blocked_layout.BLOCKED_LAYOUTS)(blocked_layout.prepared(NegativeAxes))
+        moved, multiply_adds = blocked_layout.costs(module["main"])
+        self.assertEqual(multiply_adds, 64 * 14 * 14 * 64 * 9)
+        self.assertGreater(moved, 0)
+
+    def test_its_values_are_those_of_the_negative_axes(self):
+        prepared = blocked_layout.prepared(NegativeAxes)
+        script = prepared.script()
+        self.assertNotIn("axis=[-1]", script)
+        self.assertNotIn("axis=-1", script)
+        rng = np.random.default_rng(6)
+        x = rng.standard_normal((1, 64, 14, 14)).astype(np.float32)
+        w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+        results = []
+        for module in (NegativeAxes, prepared):
+            vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
+            arguments = [tvm.runtime.tensor(x), tvm.runtime.tensor(np.array(True)), tvm.runtime.tensor(w)]
+            results.append(vm["main"](*arguments).numpy())
+        np.testing.assert_allclose(results[1], results[0], rtol=1e-5)
