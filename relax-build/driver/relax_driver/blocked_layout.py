@@ -91,19 +91,6 @@ def dims_of(expr):
     return offload.dims_of_type(getattr(expr, "ty", None))
 
 
-def nested_bindings(body):
-    """The bindings of the sequence `body`, and those of the branches of each `If` bound
-    in it (an ONNX `If` imports as one: silero VAD's convolutions are all in its branch
-    for 16 kHz), in order."""
-    for block in body.blocks:
-        for binding in block.bindings:
-            yield binding
-            if isinstance(binding.value, relax.If):
-                for branch in (binding.value.true_branch, binding.value.false_branch):
-                    if isinstance(branch, relax.SeqExpr):
-                        yield from nested_bindings(branch)
-
-
 def costs(function):
     """(values the function's activation layout transforms move, multiply-adds of its
     blocked convolutions). A transform of a weight (a parameter after `num_input`) or a
@@ -111,32 +98,27 @@ def costs(function):
     1] tensor (a bias) is small: neither counts."""
     attrs = function.attrs if function.attrs is not None else {}
     num_input = int(attrs["num_input"]) if "num_input" in attrs else len(function.params)
-    # Weights, and what ops compute of weights and constants alone (a 1-D convolution's
-    # kernel given its axis by conv1d.py), folded once too.
     weights = set(function.params[num_input:])
     moved, multiply_adds = 0, 0
-    for binding in nested_bindings(function.body):
-        value = binding.value
-        if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
-            continue
-        if value.op.name != "relax.layout_transform" and all(
-            arg in weights or not isinstance(arg, (relax.Var, relax.Tuple)) for arg in value.args
-        ):
-            weights.add(binding.var)
-        if value.op.name == "relax.layout_transform":
-            source = value.args[0]
-            source_dims = dims_of(source)
-            if source in weights or isinstance(source, tvm.ir.Constant) or source_dims is None:
+    for block in function.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
                 continue
-            if static_size(source_dims[2:4]) > 1:
-                moved += static_size(source_dims)
-        elif value.op.name == "relax.nn.conv2d" and value.attrs.data_layout == "NCHW16c":
-            out_dims, w_dims = dims_of(binding.var), dims_of(value.args[1])
-            if out_dims is not None and w_dims is not None:
-                # out [N, F/16, OH, OW, 16], w [F/16, C/16, kh, kw, 16i, 16o], or
-                # depthwise (OIHW16o) [C/16, 1, kh, kw, 16].
-                per_output = w_dims[1:5] if value.attrs.kernel_layout == "OIHW16i16o" else w_dims[1:4]
-                multiply_adds += static_size(out_dims) * static_size(per_output)
+            if value.op.name == "relax.layout_transform":
+                source = value.args[0]
+                source_dims = dims_of(source)
+                if source in weights or isinstance(source, tvm.ir.Constant) or source_dims is None:
+                    continue
+                if static_size(source_dims[2:4]) > 1:
+                    moved += static_size(source_dims)
+            elif value.op.name == "relax.nn.conv2d" and value.attrs.data_layout == "NCHW16c":
+                out_dims, w_dims = dims_of(binding.var), dims_of(value.args[1])
+                if out_dims is not None and w_dims is not None:
+                    # out [N, F/16, OH, OW, 16], w [F/16, C/16, kh, kw, 16i, 16o], or
+                    # depthwise (OIHW16o) [C/16, 1, kh, kw, 16].
+                    per_output = w_dims[1:5] if value.attrs.kernel_layout == "OIHW16i16o" else w_dims[1:4]
+                    multiply_adds += static_size(out_dims) * static_size(per_output)
     return moved, multiply_adds
 
 
@@ -436,53 +418,6 @@ def stacks_as_concatenations(function):
     return Rewrite().visit_expr(function)
 
 
-def non_negative_axes(function):
-    """`function` with the negative axes of each `squeeze`, `concat` and `split` counted
-    from the front (the same op): TVM 0.27's layout inference indexes its axis strings
-    with them as they are. A squeeze of axis -1 writes before its string's start (silero
-    VAD's decoder, after its last convolution: "std::bad_alloc", or memory quietly
-    overwritten), and a concat or split of a negative axis fails ("DataflowBlock Pass
-    should not rewrite or delete any global-scope Var"); other ops count them right."""
-
-    def ndim_of(expr):
-        ty = getattr(expr, "ty", None)
-        if isinstance(ty, relax.TupleType) and len(ty.fields) > 0:
-            ty = ty.fields[0]
-        ndim = getattr(ty, "ndim", -1) if isinstance(ty, relax.TensorType) else -1
-        return ndim if ndim >= 0 else None
-
-    def counted(axis, ndim):
-        return axis + ndim if axis < 0 else axis
-
-    @relax.expr_functor.mutator
-    class Rewrite(relax.PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            name = getattr(call.op, "name", None)
-            if name not in ("relax.squeeze", "relax.concat", "relax.split"):
-                return call
-            ndim = ndim_of(call.args[0])
-            if ndim is None:
-                return call
-            if name == "relax.squeeze":
-                if call.attrs.axis is None or all(int(axis) >= 0 for axis in call.attrs.axis):
-                    return call
-                return relax.op.squeeze(call.args[0], [counted(int(axis), ndim) for axis in call.attrs.axis])
-            if call.attrs.axis is None or int(call.attrs.axis) >= 0:
-                return call
-            axis = counted(int(call.attrs.axis), ndim)
-            if name == "relax.concat":
-                return relax.op.concat(call.args[0], axis=axis)
-            sections = call.attrs.indices_or_sections
-            if isinstance(sections, tvm.tirx.IntImm):
-                sections = int(sections)
-            else:
-                sections = [int(index) for index in sections]
-            return relax.op.split(call.args[0], sections, axis=axis)
-
-    return Rewrite().visit_expr(function)
-
-
 def channel_splits_as_slices(function):
     """`function` with each `split` of an NCHW tensor's channels (static) written as the
     slices it makes: TVM 0.27's ConvertLayout splits a channel-blocked tensor into parts
@@ -517,13 +452,11 @@ def channel_splits_as_slices(function):
 
 def prepared(ir_module):
     """The module as ConvertLayout carries it best: batch norms decomposed, stacks as
-    concatenations, axes counted from the front, channel splits as slices, per-channel
-    operands of rank 4, clamps as ops (see the module's doc)."""
+    concatenations, channel splits as slices, per-channel operands of rank 4, clamps as
+    ops (see the module's doc)."""
     module = relax.transform.DecomposeOpsForInference()(ir_module)
     functions = {
-        global_var: clamp_ops(
-            channel_operands(channel_splits_as_slices(non_negative_axes(stacks_as_concatenations(function)))), module
-        )
+        global_var: clamp_ops(channel_operands(channel_splits_as_slices(stacks_as_concatenations(function))), module)
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr)
         else function
         for global_var, function in module.functions.items()
