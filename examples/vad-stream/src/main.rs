@@ -272,6 +272,45 @@ mod tests {
         );
     }
 
+    /// A WAV file of `samples` (interleaved) at `rate` Hz, in memory.
+    fn wav(
+        rate: u32,
+        channels: u16,
+        samples: &[i16],
+    ) -> hound::WavReader<std::io::Cursor<Vec<u8>>> {
+        let spec = hound::WavSpec {
+            channels,
+            sample_rate: rate,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut bytes = std::io::Cursor::new(Vec::new());
+        let mut writer = hound::WavWriter::new(&mut bytes, spec).unwrap();
+        for &sample in samples {
+            writer.write_sample(sample).unwrap();
+        }
+        writer.finalize().unwrap();
+        bytes.set_position(0);
+        hound::WavReader::new(bytes).unwrap()
+    }
+
+    #[test]
+    fn another_sample_rate_is_refused_with_the_command_that_converts_it() {
+        let refused =
+            mono_samples(wav(8000, 1, &[0, 1, 2]), "talk.wav").expect_err("8 kHz is refused");
+        assert_eq!(
+            refused.0,
+            "talk.wav: sample rate 8000 Hz, but silero-vad takes 16000 Hz; resample it first, \
+             e.g. `ffmpeg -i talk.wav -ar 16000 -ac 1 out.wav`"
+        );
+    }
+
+    #[test]
+    fn stereo_is_averaged_and_integers_scaled_to_one() {
+        let samples = mono_samples(wav(16000, 2, &[16384, 0, -32768, -32768]), "talk.wav").unwrap();
+        assert_eq!(samples, vec![0.25, -1.0]);
+    }
+
     #[test]
     fn options_take_a_file_and_json_in_any_order() {
         let parse = |words: &[&str]| Options::parse(words.iter().map(|word| word.to_string()));
