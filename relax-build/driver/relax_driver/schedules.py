@@ -108,18 +108,6 @@ def across_vectors(sch, info, lanes):
 MIN_PARALLEL_ITERATIONS = 8192
 
 
-def worth_parallel(sch, loops):
-    """Whether a block whose loops are `loops` has enough iterations to run in parallel
-    (a symbolic extent counts as enough)."""
-    total = 1
-    for loop in loops:
-        extent = get_extent(sch, loop)
-        if not isinstance(extent, int):
-            return True
-        total *= extent
-    return total >= MIN_PARALLEL_ITERATIONS
-
-
 def single_output(info):
     """Whether every spatial iterator of the block has extent 1."""
     for iterator in info.iters:
@@ -161,7 +149,7 @@ class Injective(dlight.cpu.base.CPUScheduleRule):
             loops = sch.get_loops(info.block_rv)
             if not loops:
                 continue
-            parallel = worth_parallel(sch, loops)
+            parallel = enough_iterations(sch, loops, MIN_PARALLEL_ITERATIONS)
             innermost = get_extent(sch, loops[-1])
             if len(loops) > 1 and not isinstance(innermost, int):
                 # A symbolic row (an image's width): split into vectors, the last one
@@ -248,7 +236,7 @@ class Fallback(dlight.cpu.base.CPUScheduleRule):
                 if leading > 1 and (whole_vectors or enough_iterations(sch, loops[: leading - 1]))
                 else loops[:leading]
             )
-            if worth_parallel(sch, loops):
+            if enough_iterations(sch, loops, MIN_PARALLEL_ITERATIONS):
                 sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
             changed = True
             if len(outer) == leading - 1:
@@ -335,15 +323,15 @@ def vectorize_channels(sch, info, channels, reductions, lanes, whole_vectors=Fal
 ENOUGH_ITERATIONS = 16
 
 
-def enough_iterations(sch, loops):
-    """Whether `loops` together run at least ENOUGH_ITERATIONS times (symbolic: yes)."""
+def enough_iterations(sch, loops, count=ENOUGH_ITERATIONS):
+    """Whether `loops` together run at least `count` times (symbolic: yes)."""
     total = 1
     for loop in loops:
         extent = get_extent(sch, loop)
         if not isinstance(extent, int):
             return True
         total *= extent
-    return total >= ENOUGH_ITERATIONS
+    return total >= count
 
 
 def default_schedule_pass(target):
