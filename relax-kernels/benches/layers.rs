@@ -1,6 +1,7 @@
 //! Per-layer figures of every kernel family on the layer shapes of relax-bench's models
 //! (ResNet-50, MiniLM, MobileNetV2, EfficientNet-B0, a DBNet detector's FPN), a detector
-//! head's transposed convolution, a layout transform and a recurrent layer, one core
+//! head's transposed convolution, a layout transform, a recurrent layer and silero-vad's
+//! convolutions over a streaming window, one core
 //! each, with the core's measured FMA peak: `cargo bench -p relax-kernels` (`-- --quick`: one timed
 //! run per layer, so that CI keeps the bench building and running; `-- --cold`: the
 //! caches evicted before each timed run; `-- FILTER`: only the rows whose family or
@@ -493,6 +494,63 @@ fn recurrent_row(quick: bool) -> Row {
     }
 }
 
+/// silero-vad's convolutions over its 4-frame window (one call of the streaming model):
+/// its STFT (258 filters of 256 taps at stride 128 over 640 samples) and its first
+/// encoder layer (129 to 128 channels, 3 taps with padding 1, over 4 frames). Onto so
+/// few pixels the kernel takes dot products along the depth (`dots`).
+fn window_rows(quick: bool) -> Vec<Row> {
+    // (layer, channels, filters, input width, kernel width, stride, padding).
+    let layers = [
+        (
+            "silero-vad STFT 1x256/128 1->258 @1x640",
+            1,
+            258,
+            640,
+            256,
+            128,
+            0,
+        ),
+        (
+            "silero-vad encoder 1x3/1 129->128 @1x4",
+            129,
+            128,
+            4,
+            3,
+            1,
+            1,
+        ),
+    ];
+    layers
+        .into_iter()
+        .map(|(layer, c, f, width, k, stride, pad)| {
+            let out_width = (width + 2 * pad - k) / stride + 1;
+            let x = values(c * width, 1);
+            let w = values(f * c * k, 2);
+            let mut out = vec![0f32; f * out_width];
+            let (x_shape, w_shape) = (
+                [1, c as i64, 1, width as i64],
+                [f as i64, c as i64, 1, k as i64],
+            );
+            let out_shape = [1, f as i64, 1, out_width as i64];
+            let mut args = vec![
+                Argument::input(&x, &x_shape).expect("x fits"),
+                Argument::input(&w, &w_shape).expect("w fits"),
+            ];
+            // strides, padding (top, left, bottom, right), dilation, groups, no epilogue.
+            let (stride, pad) = (stride as i64, pad as i64);
+            args.extend([1, stride, 0, pad, 0, pad, 1, 1, 1, 0].map(Argument::int));
+            args.push(Argument::output(&mut out, &out_shape).expect("out fits"));
+            Row {
+                family: "conv2d",
+                layer: layer.to_string(),
+                form: "dot products (NCHW)",
+                seconds: call(quick, "relax_runtime.conv2d", &args),
+                work: Work::Flops(2.0 * (f * out_width * c * k) as f64),
+            }
+        })
+        .collect()
+}
+
 /// One core's peak of float32 multiply-adds, in GFLOP/s, and the instructions used.
 fn peak() -> (f64, &'static str) {
     #[cfg(target_arch = "x86_64")]
@@ -665,6 +723,11 @@ fn main() {
     for conv in convolutions() {
         if wanted("conv2d", &conv.name()) {
             conv.rows(quick).into_iter().for_each(&mut print);
+        }
+    }
+    for row in window_rows(quick) {
+        if wanted("conv2d", &row.layer) {
+            print(row);
         }
     }
     for (layer, sizes) in [

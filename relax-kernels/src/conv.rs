@@ -13,6 +13,7 @@ use super::caches::level2_bytes;
 use super::conv_operands::{finish_of, Conv2d, Operands, PerFilter};
 use super::depthwise::{depthwise_plane, Plane};
 use super::direct::{self, direct_conv};
+use super::dots;
 use super::edges::{copy_short, fill_zero, inside_columns};
 use super::epilogue::Epilogue;
 use super::filter_panels::{self, multiply_panel, PIXELS_PER_TILE};
@@ -337,8 +338,10 @@ fn copy_every_other(destination: &mut [f32], source: &[f32]) {
 /// filter panels), by [`blocked_conv`] (a channel-blocked output, from a blocked or
 /// an NCHW input, the kernel in filter panels; with the tiles of an [`Isa`]), by
 /// [`blocked_winograd::blocked_winograd`] (blocked input and output, the kernel in that
-/// module's Winograd form; its products on the same tiles), or by [`blocked_depthwise`]
-/// (blocked input and output, one channel per group, the kernel OIHW).
+/// module's Winograd form; its products on the same tiles), by [`blocked_depthwise`]
+/// (blocked input and output, one channel per group, the kernel OIHW), by
+/// [`direct_conv`] (few input channels onto wide rows) or by [`dots::dot_conv`] (onto a
+/// few pixels, the kernel OIHW).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Algorithm {
     Unfolded,
@@ -349,13 +352,14 @@ enum Algorithm {
     BlockedWinograd { tile: Tile, isa: Isa },
     BlockedDepthwise(Isa),
     Direct { blocked: bool, isa: Isa },
+    Dots,
 }
 
 impl Algorithm {
     /// # Safety
     /// As [`conv2d_into`], [`depthwise_conv`], [`winograd_conv`], [`filter_panels_conv`],
-    /// [`blocked_conv`], [`blocked_winograd::blocked_winograd`] or [`blocked_depthwise`]
-    /// (this algorithm's).
+    /// [`blocked_conv`], [`blocked_winograd::blocked_winograd`], [`blocked_depthwise`],
+    /// [`direct_conv`] or [`dots::dot_conv`] (this algorithm's).
     unsafe fn convolve(
         self,
         shape: &Conv2d,
@@ -379,6 +383,7 @@ impl Algorithm {
                 Algorithm::Direct { blocked, isa } => {
                     direct_conv(shape, isa, blocked, operands, launch)
                 }
+                Algorithm::Dots => dots::dot_conv(shape, operands, launch),
             }
         }
     }
@@ -1122,7 +1127,10 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
         Algorithm::Blocked { .. } if oihw_onto_blocked => Some(true),
         _ => None,
     };
+    // A layer onto a few pixels (a streaming model's short window): dot products along
+    // the depth instead of a matrix product whose vectors of pixels would be mostly empty.
     let algorithm = match (onto_blocks, shape.output()) {
+        (Some(false), _) if dots::computes(&shape) => Algorithm::Dots,
         (Some(blocked), Some((_, width))) => direct::computes(&shape, width, blocked)
             .map(|isa| Algorithm::Direct { blocked, isa })
             .unwrap_or(algorithm),

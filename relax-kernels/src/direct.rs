@@ -51,6 +51,11 @@ const BLOCKED_RUN: usize = 12;
 const PORTABLE_BLOCKED_PIXELS: usize = 6;
 const _: () = assert!(BLOCKED_RUN.is_multiple_of(PORTABLE_BLOCKED_PIXELS));
 
+/// The AVX-512 run of a blocked output's rows of at most this many pixels: a keyword
+/// spotter's stem (10x4 over 49x10 MFCCs, stride 2) has rows of 5, of which runs of 12
+/// would sum 7 pixels for nothing.
+const NARROW_RUN: usize = PORTABLE_BLOCKED_PIXELS;
+
 /// Input channels up to which [`computes`] takes a convolution onto an NCHW output (an
 /// image's 1, 3 or 4; with more, im2col's matrix product is faster).
 const MAX_CHANNELS: usize = 4;
@@ -61,6 +66,10 @@ const MAX_CHANNELS: usize = 4;
 /// core (`cargo bench -p relax-kernels -- "DBNet 1x1"`): 0.19 ms, against 0.23-0.32 for
 /// the NCHW kernel, whose output the model then transformed to blocks.
 const MAX_BLOCKED_CHANNELS: usize = BLOCK - 1;
+
+/// Output pixels a row onto blocks needs at least: half a [`NARROW_RUN`], so that at
+/// least half the sums made are kept (relax-build's `DIRECT_MIN_WIDTH` is the same).
+const MIN_BLOCKED_WIDTH: usize = NARROW_RUN / 2;
 
 /// Output rows in a unit of work (fewer where that would leave under [`MIN_UNITS`]):
 /// neighbouring output rows share most of their input rows, which a band copies once.
@@ -76,17 +85,17 @@ thread_local! {
 
 /// Whether the direct sums compute `shape` best (one group, at most [`MAX_CHANNELS`]
 /// input channels, or [`MAX_BLOCKED_CHANNELS`] onto a `blocked` output; output rows of at
-/// least 16 pixels; a CPU with AVX2 or AVX-512), and with which instructions; im2col (or
+/// least 16 pixels, or [`MIN_BLOCKED_WIDTH`] onto blocks; a CPU with AVX2 or AVX-512), and with which instructions; im2col (or
 /// the blocked kernel, with the kernel in filter panels) does otherwise.
 pub(crate) fn computes(shape: &Conv2d, output_width: usize, blocked: bool) -> Option<Isa> {
-    let max_channels = if blocked {
-        MAX_BLOCKED_CHANNELS
+    let (max_channels, min_width) = if blocked {
+        (MAX_BLOCKED_CHANNELS, MIN_BLOCKED_WIDTH)
     } else {
-        MAX_CHANNELS
+        (MAX_CHANNELS, PIXELS / 2)
     };
     let fits = shape.groups == 1
         && (1..=max_channels).contains(&shape.channels)
-        && output_width >= PIXELS / 2;
+        && output_width >= min_width;
     let isa = Isa::best();
     (fits && isa != Isa::Portable).then_some(isa)
 }
@@ -401,31 +410,16 @@ impl Sums<'_> {
         let clamp = self.epilogue.bounds();
         match self.isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => {
-                for first in (0..blocks).step_by(2) {
-                    if first + 1 < blocks {
-                        let mut pair = [block_of(first), block_of(first + 1)];
-                        for start in (0..output_width).step_by(BLOCKED_RUN) {
-                            // SAFETY: the caller's contract: the CPU has AVX-512F.
-                            unsafe {
-                                avx512::blocked_sums::<2, BLOCKED_RUN>(
-                                    inputs, start, &mut pair, clamp,
-                                )
-                            };
-                        }
-                    } else {
-                        let mut last = [block_of(first)];
-                        for start in (0..output_width).step_by(BLOCKED_RUN) {
-                            // SAFETY: as above.
-                            unsafe {
-                                avx512::blocked_sums::<1, BLOCKED_RUN>(
-                                    inputs, start, &mut last, clamp,
-                                )
-                            };
-                        }
-                    }
-                }
-            }
+            // SAFETY: the caller's contract: the CPU has AVX-512F (the ISA is what
+            // `computes` found), and as this function's.
+            Isa::Avx512 if output_width <= NARROW_RUN => unsafe {
+                self.blocked_runs::<NARROW_RUN>(blocks, output_width, &block_of, inputs, clamp)
+            },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Isa::Avx512 => unsafe {
+                self.blocked_runs::<BLOCKED_RUN>(blocks, output_width, &block_of, inputs, clamp)
+            },
             _ => {
                 for block in 0..blocks {
                     let mut one = block_of(block);
@@ -438,6 +432,37 @@ impl Sums<'_> {
         if self.epilogue.after_registers() {
             for block in 0..blocks {
                 self.epilogue.apply(block_of(block).out);
+            }
+        }
+    }
+
+    /// The AVX-512 sums of [`Sums::blocked_row`]: two blocks by runs of `P` pixels at a
+    /// time, an odd last block alone.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; as [`Sums::blocked_row`]'s.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn blocked_runs<'a, const P: usize>(
+        &self,
+        blocks: usize,
+        output_width: usize,
+        block_of: &dyn Fn(usize) -> OutputBlock<'a>,
+        inputs: &Inputs<'_>,
+        clamp: Option<(f32, f32)>,
+    ) {
+        for first in (0..blocks).step_by(2) {
+            if first + 1 < blocks {
+                let mut pair = [block_of(first), block_of(first + 1)];
+                for start in (0..output_width).step_by(P) {
+                    // SAFETY: the caller's contract: the CPU has AVX-512F.
+                    unsafe { avx512::blocked_sums::<2, P>(inputs, start, &mut pair, clamp) };
+                }
+            } else {
+                let mut last = [block_of(first)];
+                for start in (0..output_width).step_by(P) {
+                    // SAFETY: as above.
+                    unsafe { avx512::blocked_sums::<1, P>(inputs, start, &mut last, clamp) };
+                }
             }
         }
     }

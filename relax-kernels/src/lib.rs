@@ -113,6 +113,7 @@ mod conv_operands;
 mod conv_transpose;
 mod depthwise;
 mod direct;
+mod dots;
 mod edges;
 mod epilogue;
 mod filter_panels;

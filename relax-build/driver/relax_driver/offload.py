@@ -125,8 +125,9 @@ CONV_TRANSPOSE = ("relax_runtime.conv2d_transpose", "relax_runtime.conv2d_transp
 RESIDUAL = "_add"
 # relax-runtime's direct sums (`kernels::direct`) take a convolution of one group from
 # fewer input channels than a block (16) onto a blocked output whose rows are at least
-# this wide (on x86-64, where the blocked layout is used).
-DIRECT_MIN_WIDTH = 16
+# this wide (on x86-64, where the blocked layout is used; `MIN_BLOCKED_WIDTH` there):
+# a keyword spotter's stem has rows of 5.
+DIRECT_MIN_WIDTH = 3
 
 
 def with_residual(name):

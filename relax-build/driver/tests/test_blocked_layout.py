@@ -622,10 +622,15 @@ class Blocked(unittest.TestCase):
         self.assertEqual(layout_kernel_ranks(module["main"]), ([(5, 4)], 0))
         first = kernel_call_list(module["main"])[0]
         self.assertEqual((offload.rank(first.args[1].fields[0]), offload.rank(first)), (4, 5))
+        # So does a stem onto rows of 8 (narrow rows: a keyword spotter's are 5 wide).
+        module, converted, _ = blocked_layout.convert(stem_module(16), X86)
+        self.assertTrue(converted)
+        module, _ = offload.rewrite(module, None)
+        self.assertEqual(layout_kernel_ranks(module["main"]), ([(5, 4)], 0))
 
     def test_a_stem_onto_narrow_rows_or_also_read_in_nchw_keeps_its_transform(self):
-        # Output rows of 8 (the direct sums take 16 or more): the transform stays.
-        module, converted, _ = blocked_layout.convert(stem_module(16), X86)
+        # Output rows of 2 (the direct sums take 3 or more): the transform stays.
+        module, converted, _ = blocked_layout.convert(stem_module(4), X86)
         self.assertTrue(converted)
         module, _ = offload.rewrite(module, None)
         self.assertEqual(layout_kernel_ranks(module["main"]), ([(4, 5), (5, 4)], 0))

@@ -177,6 +177,23 @@ fn convolutions_match_naive_loops() {
             padding: (3, 1, 2, 4),
             ..shape(3, 30, 17, 7, 1, 0, 1, 1)
         },
+        // Onto a few pixels (dot products): a short window's STFT, 16 taps at stride 8
+        // onto 4 pixels and a partial tile of filters; a 3-tap row with padding; a
+        // 3x3 kernel onto one pixel; 9 pixels (runs of 4, 4 and 1) with dilation.
+        Conv2d {
+            height: 1,
+            kernel: (1, 16),
+            stride: (1, 8),
+            ..shape(3, 40, 6, 1, 1, 0, 1, 1)
+        },
+        Conv2d {
+            height: 1,
+            kernel: (1, 3),
+            padding: (0, 1, 0, 1),
+            ..shape(7, 4, 5, 1, 1, 0, 1, 1)
+        },
+        shape(13, 3, 9, 3, 1, 0, 1, 1),
+        shape(5, 7, 7, 3, 2, 1, 2, 1),
     ];
     for case in cases {
         let (oh, ow) = case.output().unwrap();
@@ -241,6 +258,10 @@ fn convolutions_match_naive_loops() {
                         w.clone(),
                     ));
                 }
+            }
+            if case.groups == 1 && case.channels > 0 {
+                // The dot products, whether or not `dots::computes` would take the case.
+                algorithms.push((Algorithm::Dots, w.clone()));
             }
             if case.groups == 1 {
                 let depth = case.channels * case.kernel.0 * case.kernel.1;
@@ -445,6 +466,19 @@ fn direct_sums_onto_blocks_match_naive_loops() {
             padding: (0, 0, 1, 1),
             width: 24,
             ..shape(3, 24, 32, 3, 2, 0, 1, 1)
+        },
+        // A keyword spotter's stem: 10x4/2 over 49x10 MFCCs onto rows of 5 (one narrow
+        // run on AVX-512), and rows of 3.
+        Conv2d {
+            height: 49,
+            width: 10,
+            kernel: (10, 4),
+            padding: (4, 1, 5, 1),
+            ..shape(1, 49, 64, 1, 2, 0, 1, 1)
+        },
+        Conv2d {
+            width: 6,
+            ..shape(2, 9, 48, 3, 2, 1, 1, 1)
         },
     ];
     for case in &cases {
