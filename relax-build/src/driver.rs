@@ -181,6 +181,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/half_precision.py"),
     ),
     (
+        "relax_driver/integer_products.py",
+        include_str!("../driver/relax_driver/integer_products.py"),
+    ),
+    (
         "relax_driver/weight_transforms.py",
         include_str!("../driver/relax_driver/weight_transforms.py"),
     ),

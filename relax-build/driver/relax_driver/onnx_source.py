@@ -7,7 +7,7 @@ import json
 import re
 import traceback
 
-from . import onnx_ops, onnx_prepare, weight_transforms
+from . import integer_products, onnx_ops, onnx_prepare, weight_transforms
 from .errors import DriverError, failure_reason
 
 ONNX_EMBED_LIMIT_BYTES = 1 << 20
@@ -277,7 +277,7 @@ def imported(model, request):
             f"{type(error).__name__}: {str(error)[:500]}\n{import_fix(model, request)}",
             traceback.format_exc(limit=-3),
         ) from error
-    ir_module = main_in_dataflow_blocks(ir_module)
+    ir_module = integer_products.in_float32(main_in_dataflow_blocks(ir_module))
     weights = None
     if external:
         ir_module, params = relax.frontend.detach_params(ir_module)

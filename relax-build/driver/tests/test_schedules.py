@@ -6,6 +6,7 @@ toolchain's Python).
 """
 
 import os
+import re
 import sys
 import unittest
 
@@ -13,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
-from tvm import relax  # noqa: E402
+from tvm import relax, s_tir  # noqa: E402
 from tvm.relax.backend.cpu_generic import pipeline as cpu  # noqa: E402
 
 import compiled_models  # noqa: E402, F401  (registers relax_runtime.output, which the models call)
@@ -46,6 +47,18 @@ def reference(x, gamma, beta, mean, var, scale, shift):
     return np.maximum(normed * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1), 0)
 
 
+def block_points(function):
+    """The points of each block's iteration domain in a TIR function."""
+    sch = s_tir.Schedule(function)
+    names = re.findall(r'with T\.sblock\("([^"]+)"\)', function.script())
+    points = []
+    for name in names:
+        extents = [iteration.dom.extent for iteration in sch.get(sch.get_sblock(name)).iter_vars]
+        points.append(int(np.prod([int(extent) for extent in extents])) if all(
+            isinstance(extent, tvm.tirx.IntImm) for extent in extents) else -1)
+    return points
+
+
 def scheduled_functions(module, target):
     """The module's TIR functions after fusion and the default schedules."""
     with target, tvm.transform.PassContext(opt_level=3):
@@ -61,9 +74,12 @@ class ElementwiseChains(unittest.TestCase):
         target = tvm.target.Target(TARGET)
         (function,) = scheduled_functions(module, target)
         script = function.script()
-        # One loop nest: every op of the chain inlined into the last one.
-        blocks = [line for line in script.splitlines() if line.strip().startswith("with T.sblock(")]
-        self.assertEqual(len(blocks), 1, script)
+        # One loop nest over the tensor: every op over it inlined into the last one; the
+        # per-channel parameters (the batch norm's scale and shift) computed once, in a
+        # loop over the channels, not again at every point.
+        points = block_points(function)
+        self.assertEqual(points.count(int(np.prod(shape))), 1, script)
+        self.assertTrue(all(count <= shape[1] for count in points if count != np.prod(shape)), script)
         # In parallel only when there is enough to share (a launch costs more).
         if np.prod(shape) >= schedules.MIN_PARALLEL_ITERATIONS:
             self.assertIn("T.parallel", script)
@@ -116,7 +132,9 @@ class ElementwiseChains(unittest.TestCase):
         script = function.script()
         self.assertIn("T.parallel", script)
         self.assertNotIn("T.where", script)
-        self.assertNotIn("T.vectorized", script)
+        # The image's loop nest: no vectors (the per-channel loop before it has them).
+        self.assertNotIn("T.vectorized", script[script.index("T.parallel"):])
+        self.assertEqual(block_points(function).count(-1), 1, script)
 
         executable = build.compile_module(module, target, {"pipeline": "zero", "opt_level": 3})
         vm = relax.VirtualMachine(executable, tvm.cpu())
