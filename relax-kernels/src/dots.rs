@@ -377,6 +377,40 @@ mod tests {
     }
 
     #[test]
+    fn the_avx512_tile_matches_the_portable_one() {
+        // A depth of 37 (two whole vectors and a tail of 5), a partial tile of 3 filters
+        // and 2 of 4 pixels.
+        let depth: usize = 37;
+        let padded_depth = depth.next_multiple_of(LANES);
+        let w = crate::test_values(5 * depth, 1, 1.0);
+        let mut patches = crate::test_values(2 * padded_depth, 2, 1.0);
+        for patch in patches.chunks_exact_mut(padded_depth) {
+            patch[depth..].fill(0.0);
+        }
+        let mut portable = [[0f32; PIXELS]; FILTERS];
+        tile_sums(&w, depth, 2..5, &patches, padded_depth, &mut portable);
+        for (filter, sums) in (2..5).zip(&portable) {
+            for (pixel, &sum) in sums.iter().take(2).enumerate() {
+                let expected: f32 = (0..depth)
+                    .map(|k| w[filter * depth + k] * patches[pixel * padded_depth + k])
+                    .sum();
+                assert!((sum - expected).abs() < 1e-5, "{sum} {expected}");
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if avx512_available() {
+            let mut fast = [[0f32; PIXELS]; FILTERS];
+            // SAFETY: the CPU has AVX-512F.
+            unsafe { avx512::tile_sums(&w, depth, 2..5, &patches, padded_depth, &mut fast) };
+            for (fast, portable) in fast.iter().zip(&portable).take(3) {
+                for (a, b) in fast.iter().zip(portable).take(2) {
+                    assert!((a - b).abs() < 1e-5, "{a} {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn few_pixels_of_one_group_are_taken_with_avx512() {
         // 4 pixels, and 8: taken where the CPU has AVX-512.
         assert_eq!(computes(&window(16, 640, 256, 128, 1)), avx512_available());
