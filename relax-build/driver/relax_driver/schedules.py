@@ -352,7 +352,12 @@ def inline_whole_domain(sch, infos):
                 return True
             except Exception:  # noqa: BLE001 - TVM's ScheduleError: not inlinable
                 pass
-        if same_points(info.block_rv, sch.get_producers(info.block_rv)):
+        producers = sch.get_producers(info.block_rv)
+        # A consumer goes into its producers only where it is their one consumer: TVM's
+        # reverse_compute_inline would drop a producer's buffer that another block still
+        # reads (ONNX's rotary embedding: a split's second, empty half of a transpose).
+        alone = all(len(sch.get_consumers(producer)) == 1 for producer in producers)
+        if alone and same_points(info.block_rv, producers):
             try:
                 sch.reverse_compute_inline(info.block_rv)
                 return True

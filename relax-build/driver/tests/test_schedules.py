@@ -173,6 +173,30 @@ def reference_pool(x, size, stride, pad, is_max):
     return out
 
 
+class SplitHalves(unittest.TestCase):
+    def test_a_transpose_split_into_a_whole_and_an_empty_half_builds_and_matches_numpy(self):
+        # ONNX's rotary embedding (expanded): a transpose split at its last dim's end, the
+        # second half empty. The whole half's copy could go into the transpose, but the
+        # empty half reads the transpose's buffer too, which must stay.
+        builder = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType([2, 4, 3, 8], "float32"))
+        with builder.function("main", [x]):
+            with builder.dataflow():
+                moved = builder.emit(relax.op.permute_dims(x, [0, 2, 1, 3]))
+                halves = builder.emit(relax.op.split(moved, [8], axis=3))
+                whole = builder.emit(relax.TupleGetItem(halves, 0))
+                empty = builder.emit(relax.TupleGetItem(halves, 1))
+                doubled = builder.emit(relax.op.add(whole, whole))
+                output = builder.emit_output(relax.Tuple([doubled, empty]))
+            builder.emit_func_output(output)
+        executable = build.compile_module(builder.get(), tvm.target.Target(TARGET), {"pipeline": "zero", "opt_level": 3})
+        vm = relax.VirtualMachine(executable, tvm.cpu())
+        value = np.random.default_rng(7).standard_normal((2, 4, 3, 8)).astype(np.float32)
+        doubled, empty = vm["main"](tvm.runtime.tensor(value))
+        np.testing.assert_array_equal(doubled.numpy(), 2 * value.transpose(0, 2, 1, 3))
+        self.assertEqual(empty.numpy().shape, (2, 3, 4, 0))
+
+
 class Pools(unittest.TestCase):
     def test_a_pool_with_few_rows_inlines_its_padding_and_matches_numpy(self):
         # 3 planes of 4 output rows: too few to run in parallel without a row's outputs,
