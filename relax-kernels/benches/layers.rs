@@ -14,7 +14,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use relax_kernels::weights::{blocked_winograd, pack_panels, winograd, WinogradTile, PANEL};
+use relax_kernels::weights::{
+    blocked_winograd, pack_bf16_panels, pack_panels, winograd, WinogradTile, PANEL,
+};
 use relax_kernels::{inline, kernel, Argument, Arguments};
 
 /// How long each layer is timed for (at least 3 runs).
@@ -37,6 +39,8 @@ struct Row {
 
 enum Work {
     Flops(f64),
+    /// Multiply-adds times 2 of a bf16 kernel, against the bf16 peak.
+    Bf16Flops(f64),
     Bytes(f64),
 }
 
@@ -281,7 +285,7 @@ fn dense_rows(quick: bool, layer: &str, (m, k, n): (usize, usize, usize)) -> Vec
             vec![n.div_ceil(PANEL) as i64, k as i64, PANEL as i64],
         ),
     ];
-    forms
+    let mut rows: Vec<Row> = forms
         .into_iter()
         .map(|(form, weights, w_shape)| {
             let mut out = vec![0f32; m * n];
@@ -301,7 +305,25 @@ fn dense_rows(quick: bool, layer: &str, (m, k, n): (usize, usize, usize)) -> Vec
                 work: Work::Flops(2.0 * (m * n * k) as f64),
             }
         })
-        .collect()
+        .collect();
+    let bf16_panels = pack_bf16_panels(k, n, |at, column| w[column * k + at]);
+    let bf16_shape = [n.div_ceil(PANEL) as i64, k.div_ceil(2) as i64, PANEL as i64];
+    let mut out = vec![0f32; m * n];
+    let (x_shape, out_shape) = ([m as i64, k as i64], [m as i64, n as i64]);
+    let args = [
+        Argument::input(&x, &x_shape).expect("x fits"),
+        Argument::input(&bf16_panels, &bf16_shape).expect("w fits"),
+        Argument::int(0),
+        Argument::output(&mut out, &out_shape).expect("out fits"),
+    ];
+    rows.push(Row {
+        family: "dense",
+        layer: format!("{layer} {m}x{k} . {k}x{n}"),
+        form: "bf16 panels of pairs",
+        seconds: call(quick, "relax_runtime.dense_bf16", &args),
+        work: Work::Bf16Flops(2.0 * (m * n * k) as f64),
+    });
+    rows
 }
 
 /// A detector head's 2x upsampling: ConvTranspose 4x4, stride 2, padding 1.
@@ -568,6 +590,21 @@ fn peak() -> (f64, &'static str) {
     (portable_peak(), "scalar mul_add (portable estimate)")
 }
 
+/// One core's peak of bf16 multiply-adds (AVX512-BF16's `vdpbf16ps`, two per float32
+/// lane), in GFLOP/s, where the CPU has it.
+fn bf16_peak() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+        {
+            // SAFETY: the CPU has AVX-512F and AVX512-BF16 (checked above).
+            return Some(unsafe { x86::peak_avx512_bf16() });
+        }
+    }
+    None
+}
+
 /// Runs `chains` (independent accumulators of `lanes` floats) for a fixed count and
 /// returns GFLOP/s.
 fn rate(lanes: usize, chains: usize, iterations: usize, seconds: f64) -> f64 {
@@ -612,6 +649,24 @@ mod x86 {
         let seconds = start.elapsed().as_secs_f64();
         std::hint::black_box(acc);
         super::rate(16, CHAINS, ITERATIONS, seconds)
+    }
+
+    /// # Safety
+    /// The CPU has AVX-512F and AVX512-BF16.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn peak_avx512_bf16() -> f64 {
+        let pairs = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5), _mm512_set1_ps(0.25));
+        let mut acc = [_mm512_set1_ps(1.0); CHAINS];
+        let start = Instant::now();
+        for _ in 0..ITERATIONS {
+            for value in acc.iter_mut() {
+                *value = _mm512_dpbf16_ps(*value, pairs, pairs);
+            }
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        std::hint::black_box(acc);
+        // Two multiply-adds per float32 lane.
+        super::rate(32, CHAINS, ITERATIONS, seconds)
     }
 
     /// # Safety
@@ -701,6 +756,13 @@ fn main() {
     };
     let (peak, how) = peak();
     println!("core peak: {peak:.1} GFLOP/s ({how}, one core)");
+    let bf16_peak = bf16_peak();
+    match bf16_peak {
+        Some(bf16) => println!(
+            "bf16 peak: {bf16:.1} GFLOP/s (AVX512-BF16 vdpbf16ps, one core; the bf16 rows' %)"
+        ),
+        None => println!("bf16 peak: - (no AVX512-BF16: the bf16 rows run the portable tile)"),
+    }
     println!("kernels run on one core (the `inline` launch); GFLOP/s counts direct multiply-adds");
     println!();
     println!("| family | layer | form | ms | GFLOP/s | % of peak |\n|---|---|---|---:|---:|---:|");
@@ -709,6 +771,12 @@ fn main() {
             Work::Flops(flops) => {
                 let rate = flops / row.seconds / 1e9;
                 format!("{rate:.1} | {:.0}%", 100.0 * rate / peak)
+            }
+            Work::Bf16Flops(flops) => {
+                let rate = flops / row.seconds / 1e9;
+                bf16_peak.map_or(format!("{rate:.1} | -"), |bf16| {
+                    format!("{rate:.1} | {:.0}% (bf16)", 100.0 * rate / bf16)
+                })
             }
             Work::Bytes(bytes) => format!("{:.1} GB/s | -", bytes / row.seconds / 1e9),
         };

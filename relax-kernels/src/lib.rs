@@ -73,6 +73,8 @@
 //! | `relax_runtime.dense` | `x[.., K], w, transpose_w, epilogue, out[.., N]` |
 //! | | `w` may be `[ceil(N / 64), K, 64]` instead: packed in column panels at load (see `panels`) |
 //! | `relax_runtime.dense_bias` | `x[.., K], w, bias[N], transpose_w, epilogue, out[.., N]` |
+//! | `relax_runtime.dense_bf16` | `x[.., K], w[ceil(N / 64), ceil(K / 2), 64], epilogue, out[.., N]`: in bf16 with float32 sums, `w` packed in panels of bf16 pairs at load (see `bf16_panels`) |
+//! | `relax_runtime.dense_bf16_bias` | as `dense_bf16`, with `bias[N]` after `w` |
 //! | `relax_runtime.batch_matmul` | `a[B.., M, K], b[B.., K, N] or [K, N], transpose_b, alpha, out[B.., M, N]` |
 //! | `relax_runtime.conv2d` | `x[N, C, H, W], w[O, C/g, KH, KW], strides(2), padding(4), dilation(2), groups, epilogue, out` |
 //! | | `w` may be `[16, C, O]` or `[36, C, O]` instead: a 3x3 kernel in Winograd F(2x2, 3x3) or F(4x4, 3x3) form (stride 1, no dilation, one group; relax-runtime transforms such weights when it loads them) |
@@ -104,6 +106,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod bf16_panels;
 mod blocked;
 mod blocked_depthwise;
 mod blocked_winograd;
@@ -139,6 +142,7 @@ pub use tensor::{Argument, Arguments};
 /// The weight layouts relax-runtime converts parameters to when it loads them, which
 /// the kernels then read (see the table above).
 pub mod weights {
+    pub use crate::bf16_panels::{pack as pack_bf16_panels, round as round_bf16};
     pub use crate::blocked_winograd::transform_weights as blocked_winograd;
     pub use crate::panels::{pack as pack_panels, PANEL};
     pub use crate::winograd::{transform_weights as winograd, Tile as WinogradTile};
@@ -153,6 +157,11 @@ pub const KERNELS: &[(&str, Kernel)] = &[
     ("relax_runtime.dense_bias", gemm::dense_bias),
     ("relax_runtime.dense_add", gemm::dense_add),
     ("relax_runtime.dense_bias_add", gemm::dense_bias_add),
+    ("relax_runtime.dense_bf16", bf16_panels::dense_bf16),
+    (
+        "relax_runtime.dense_bf16_bias",
+        bf16_panels::dense_bf16_bias,
+    ),
     ("relax_runtime.batch_matmul", gemm::batch_matmul),
     ("relax_runtime.conv2d", conv::conv2d),
     ("relax_runtime.conv2d_bias", conv::conv2d_bias),

@@ -310,11 +310,13 @@ pub fn cargo_relax(args: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 /// Packages the tests' (and relax-bench's) own Python needs for references: onnxruntime,
-/// numpy (with its OpenBLAS), onnx, and threadpoolctl to pin BLAS threads.
+/// numpy (with its OpenBLAS), onnx, threadpoolctl to pin BLAS threads, and OpenVINO
+/// (relax-bench's second reference).
 const TEST_REQUIREMENTS: &[&str] = &[
     "numpy",
     "onnx==1.23.2",
     "onnxruntime==1.23.2",
+    "openvino==2026.4.1",
     "threadpoolctl",
 ];
 
