@@ -42,6 +42,18 @@ fn every_benchmark_model_matches_onnxruntime() {
             "{model} was checked: {report}"
         );
     }
+    // The bf16 build, against onnxruntime and against the same model in float32.
+    for against in [
+        "(bf16: bound 1e-2)",
+        "(bf16 against our float32 build; bound 1e-2)",
+    ] {
+        assert!(
+            checked
+                .iter()
+                .any(|line| line.contains("minilm_s128_bf16") && line.ends_with(against)),
+            "minilm_s128_bf16 was checked {against}: {report}"
+        );
+    }
     // The second reference runs too, and agrees with the first in float32.
     for model in ["resnet50", "mobilenet_v2", "ocr_det", "minilm_s128"] {
         assert!(
@@ -61,7 +73,7 @@ fn every_benchmark_model_matches_onnxruntime() {
     );
     assert!(!report.contains("FAIL"), "{report}");
     assert!(
-        report.ends_with("every output is within 1e-4 of onnxruntime\n"),
+        report.ends_with("every output is within 1e-4 of onnxruntime (1e-2 for bf16 builds)\n"),
         "{report}"
     );
 }

@@ -9,7 +9,8 @@
 //! kernels, default schedules, no tuning), *tuned* (meta-schedule records, where the
 //! bench has them), onnxruntime. The last line is `summary: key=value ...` (ratios are
 //! our median / onnxruntime's). `--check` instead compares every model's output with
-//! onnxruntime's on the same inputs and fails above 1e-4 (relative to 1 + |expected|).
+//! onnxruntime's on the same inputs and fails above 1e-4 (relative to 1 + |expected|;
+//! 1e-2 for a bf16 build, which it also compares with the same model in float32).
 //! `--only` keeps the named models (their rows, and a summary of their keys alone).
 //!
 //! ResNet-50, MobileNetV2, the OCR detector and MiniLM at 128 tokens are also timed in
@@ -52,6 +53,7 @@ relax_runtime::include_model!("efficientnet_b0");
 relax_runtime::include_model!("mobilenet_v3");
 relax_runtime::include_model!("ocr_det");
 relax_runtime::include_model!("minilm");
+relax_runtime::include_model!("minilm_bf16");
 relax_runtime::include_model!("torch_cnn");
 relax_runtime::include_model!("torch_cnn_onnx");
 relax_runtime::include_model!("crnn");
@@ -71,7 +73,19 @@ const SMALL_ROWS: [&str; 4] = ["tiny_mlp", "kws_cnn", "vad_chunk", "vad_chunk_if
 
 /// The rows measured against OpenVINO too (issue 56's references): compiled with its f32
 /// hint and with its default precision (bf16 on a CPU with AVX512-BF16 or AMX).
-const OPENVINO_ROWS: [&str; 4] = ["resnet50", "mobilenet_v2", "ocr_det", "minilm_s128"];
+const OPENVINO_ROWS: [&str; 5] = [
+    "resnet50",
+    "mobilenet_v2",
+    "ocr_det",
+    "minilm_s128",
+    "minilm_s128_bf16",
+];
+
+/// The worst difference `--check` accepts from onnxruntime (relative to 1 + |expected|):
+/// float32 builds, and builds declared with `precision = "bf16"` (whose dense layers
+/// round their operands to 8 significant bits).
+const F32_BOUND: f64 = 1e-4;
+const BF16_BOUND: f64 = 1e-2;
 
 /// The pause before the shared-model measurements (see there).
 const SHARED_SETTLE: Duration = Duration::from_secs(3);
@@ -115,6 +129,9 @@ struct Case {
     from_onnx: Option<Session>,
     /// The same `.onnx` file in tract, for the rows measured against it too.
     tract: Option<tract_peer::Runner>,
+    /// For a bf16 build (`default`): the same model in float32, which `--check` compares
+    /// it with too.
+    f32_build: Option<Session>,
 }
 
 /// How long to measure: at least `seconds` and `min_iterations` calls, but a slow case
@@ -269,9 +286,18 @@ fn main() -> Result<(), Failure> {
                 "",
                 default / openvino
             );
-            let row = case.name.trim_end_matches("_s128");
-            summary.push((format!("{row}_f32_vs_openvino_f32"), default / openvino_f32));
-            summary.push((format!("{row}_f32_vs_openvino"), default / openvino));
+            if case.f32_build.is_some() {
+                // A bf16 build: against OpenVINO's default (bf16 where the CPU has it).
+                summary.push((format!("{}_vs_openvino", case.name), default / openvino));
+                summary.push((
+                    format!("{}_vs_openvino_f32", case.name),
+                    default / openvino_f32,
+                ));
+            } else {
+                let row = case.name.trim_end_matches("_s128");
+                summary.push((format!("{row}_f32_vs_openvino_f32"), default / openvino_f32));
+                summary.push((format!("{row}_f32_vs_openvino"), default / openvino));
+            }
         }
         if !tracts.is_empty() {
             let tract = median(&mut tracts);
@@ -438,12 +464,13 @@ fn main() -> Result<(), Failure> {
         "mobilenet_v2_f32_vs_openvino",
         "ocr_det_f32_vs_openvino",
         "minilm_f32_vs_openvino",
-        // Issue 56's reduced-precision rows: `nan` until relax-build compiles bf16 and
-        // int8 models.
+        // Issue 56's reduced-precision rows: `nan` until relax-build compiles
+        // convolutions in bf16 and int8 models.
         "resnet50_bf16_vs_openvino",
         "mobilenet_v2_bf16_vs_openvino",
         "ocr_det_bf16_vs_openvino",
         "minilm_s128_bf16_vs_openvino",
+        "minilm_s128_bf16_vs_openvino_f32",
         "resnet50_int8_vs_ort_int8",
     ];
     let line: Vec<String> = keys
@@ -513,6 +540,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned,
             from_onnx: None,
             tract: None,
+            f32_build: None,
         })
     };
     drop(minilm);
@@ -527,6 +555,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: Some(mlp_b1_tuned::Model::load()?.into_session()),
             from_onnx: None,
             tract: None,
+            f32_build: None,
         },
         Case {
             name: "mlp_b64",
@@ -538,6 +567,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: Some(mlp_b64_tuned::Model::load()?.into_session()),
             from_onnx: None,
             tract: None,
+            f32_build: None,
         },
         Case {
             name: "cnn",
@@ -549,6 +579,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: Some(cnn_tuned::Model::load()?.into_session()),
             from_onnx: None,
             tract: None,
+            f32_build: None,
         },
         Case {
             name: "matmul",
@@ -560,6 +591,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: Some(matmul_tuned::Model::load()?.into_session()),
             from_onnx: None,
             tract: None,
+            f32_build: None,
         },
         Case {
             name: "add",
@@ -571,6 +603,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: None,
             from_onnx: None,
             tract: None,
+            f32_build: None,
         },
         Case {
             name: "tiny_mlp",
@@ -582,6 +615,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: None,
             from_onnx: None,
             tract: None,
+            f32_build: None,
         },
         Case {
             name: "kws_cnn",
@@ -598,6 +632,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: None,
             from_onnx: None,
             tract: None,
+            f32_build: None,
         },
         vad_chunk_case(&generated, false)?,
         vad_chunk_case(&generated, true)?,
@@ -610,6 +645,12 @@ fn cases() -> Result<Vec<Case>, Failure> {
         )?,
         minilm_case("minilm_b8_s128", 8, 128, None)?,
         Case {
+            name: "minilm_s128_bf16",
+            default: minilm_bf16::Model::load()?.into_session(),
+            f32_build: Some(minilm::Model::load()?.into_session()),
+            ..minilm_case("minilm_s128_bf16", 1, 128, None)?
+        },
+        Case {
             name: "resnet50",
             onnx: generated.join("resnet50.onnx"),
             function: "main",
@@ -619,6 +660,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: Some(resnet50_tuned::Model::load()?.into_session()),
             from_onnx: None,
             tract: None,
+            f32_build: None,
         },
         light_case(
             &generated,
@@ -686,6 +728,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: None,
             from_onnx: None,
             tract: None,
+            f32_build: None,
         },
         Case {
             name: "torch_cnn",
@@ -698,6 +741,7 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tuned: None,
             from_onnx: Some(torch_cnn_onnx::Model::load()?.into_session()),
             tract: None,
+            f32_build: None,
         },
         recurrent_case(&generated, "crnn_w128", "image", &[1, 1, 32, 128])?,
         recurrent_case(&generated, "crnn_w512", "image", &[1, 1, 32, 512])?,
@@ -757,6 +801,7 @@ fn vad_chunk_case(generated: &Path, ifless: bool) -> Result<Case, Failure> {
         tuned: None,
         from_onnx: None,
         tract: None,
+        f32_build: None,
     };
     // In the order of the compiled function's arguments (the two exports differ).
     let mut case = case;
@@ -837,6 +882,7 @@ fn recurrent_case(
         tuned: None,
         from_onnx: None,
         tract: None,
+        f32_build: None,
     })
 }
 
@@ -864,6 +910,7 @@ fn light_case(
         tuned: None,
         from_onnx: None,
         tract: None,
+        f32_build: None,
     }
 }
 
@@ -1172,45 +1219,55 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
             ("tuned", case.tuned.as_ref(), case.function),
             ("onnx", case.from_onnx.as_ref(), "main"),
         ];
+        let bound = if case.f32_build.is_some() {
+            BF16_BOUND
+        } else {
+            F32_BOUND
+        };
         for (build, session, function) in builds {
             let Some(session) = session else { continue };
-            let output = session.call(function, &arguments)?;
-            // The first output (onnxruntime's harness gives its first).
-            let tensor = match output {
-                relax_runtime::Output::Tensor(tensor) => tensor,
-                relax_runtime::Output::Tuple(items) => items
-                    .into_iter()
-                    .next()
-                    .and_then(relax_runtime::Output::into_tensor)
-                    .ok_or("an empty or nested tuple output")?,
-            };
-            let ours = tensor.as_slice::<f32>()?;
-            let worst = ours
-                .iter()
-                .zip(&reference)
-                .map(|(a, e)| (*a as f64 - e).abs() / (1.0 + e.abs()))
-                .fold(0.0f64, f64::max);
-            let ok = ours.len() == reference.len() && worst <= 1e-4;
+            let ours = first_output(session, function, &arguments)?;
+            let worst = worst_difference(&ours, &reference);
+            let ok = ours.len() == reference.len() && worst <= bound;
             println!(
-                "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e}",
+                "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e}{}",
                 if ok { "ok  " } else { "FAIL" },
                 case.name,
                 build,
+                ours.len(),
+                if bound == F32_BOUND {
+                    String::new()
+                } else {
+                    format!(" (bf16: bound {bound:.0e})")
+                }
+            );
+            failures += usize::from(!ok);
+        }
+        if let Some(f32_build) = &case.f32_build {
+            let ours = first_output(&case.default, case.function, &arguments)?;
+            let float32: Vec<f64> = first_output(f32_build, case.function, &arguments)?
+                .iter()
+                .map(|&value| f64::from(value))
+                .collect();
+            let worst = worst_difference(&ours, &float32);
+            let ok = worst <= bound;
+            println!(
+                "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e} (bf16 against our float32 build; bound {bound:.0e})",
+                if ok { "ok  " } else { "FAIL" },
+                case.name,
+                "default",
                 ours.len()
             );
             failures += usize::from(!ok);
         }
         if let Some(outputs) = expected["openvino"][case.name].as_object() {
             for (precision, values) in outputs {
-                let theirs: Vec<f64> = serde_json::from_value(values.clone())?;
-                let worst = theirs
-                    .iter()
-                    .zip(&reference)
-                    .map(|(a, e)| (a - e).abs() / (1.0 + e.abs()))
-                    .fold(0.0f64, f64::max);
+                // Its float32 outputs, through JSON's float64.
+                let theirs: Vec<f32> = serde_json::from_value(values.clone())?;
+                let worst = worst_difference(&theirs, &reference);
                 println!(
                     "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e} (OpenVINO {precision} against onnxruntime)",
-                    if worst <= 1e-4 { "ok  " } else { "note" },
+                    if worst <= F32_BOUND { "ok  " } else { "note" },
                     case.name,
                     "openvino",
                     theirs.len()
@@ -1219,14 +1276,10 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
         }
         if let Some(tract) = &case.tract {
             let theirs = tract.first_output()?;
-            let worst = theirs
-                .iter()
-                .zip(&reference)
-                .map(|(a, e)| (*a as f64 - e).abs() / (1.0 + e.abs()))
-                .fold(0.0f64, f64::max);
+            let worst = worst_difference(&theirs, &reference);
             println!(
                 "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e} (tract against onnxruntime)",
-                if worst <= 1e-4 { "ok  " } else { "note" },
+                if worst <= F32_BOUND { "ok  " } else { "note" },
                 case.name,
                 "tract",
                 theirs.len()
@@ -1234,10 +1287,38 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
         }
     }
     if failures > 0 {
-        return Err(
-            format!("{failures} output(s) differ from onnxruntime by more than 1e-4").into(),
-        );
+        return Err(format!(
+            "{failures} output(s) differ from onnxruntime by more than {F32_BOUND:.0e} ({BF16_BOUND:.0e} for bf16 builds)"
+        )
+        .into());
     }
-    println!("every output is within 1e-4 of onnxruntime");
+    println!(
+        "every output is within {F32_BOUND:.0e} of onnxruntime ({BF16_BOUND:.0e} for bf16 builds)"
+    );
     Ok(())
+}
+
+/// The first output of `function` (onnxruntime's harness gives its first), as float32.
+fn first_output(
+    session: &Session,
+    function: &str,
+    arguments: &[&Tensor],
+) -> Result<Vec<f32>, Failure> {
+    let tensor = match session.call(function, arguments)? {
+        relax_runtime::Output::Tensor(tensor) => tensor,
+        relax_runtime::Output::Tuple(items) => items
+            .into_iter()
+            .next()
+            .and_then(relax_runtime::Output::into_tensor)
+            .ok_or("an empty or nested tuple output")?,
+    };
+    Ok(tensor.as_slice::<f32>()?.to_vec())
+}
+
+/// The worst difference of `ours` from `expected`, relative to 1 + |expected|.
+fn worst_difference(ours: &[f32], expected: &[f64]) -> f64 {
+    ours.iter()
+        .zip(expected)
+        .map(|(a, e)| (f64::from(*a) - e).abs() / (1.0 + e.abs()))
+        .fold(0.0f64, f64::max)
 }

@@ -89,7 +89,7 @@ def run(request):
         ir_module, _, (written_weights, weight_names) = blocked_layout.convert(
             ir_module, request["target"], warnings, (written_weights, weight_names)
         )
-        ir_module, layouts = offload.rewrite(ir_module, None)
+        ir_module, layouts = offload.rewrite(ir_module, None, request.get("precision", "f32"))
     functions = signature.signature_of(ir_module, weight_names, layouts)
     if request["source_kind"] == "onnx":
         from relax_driver import onnx_source

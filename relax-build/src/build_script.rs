@@ -96,6 +96,7 @@ impl Config {
         let mut compiled = Vec::new();
         for model in &package.metadata.models {
             warn_when_untuned(resolver, model);
+            warn_when_bf16_is_emulated(resolver, model);
             let inputs = resolver.key_inputs(model)?;
             let artifacts = resolver.resolve(model, &inputs)?;
             compiled.push(materialize(
@@ -147,6 +148,41 @@ fn warn_when_untuned(resolver: &Resolver, model: &Model) {
         )
     };
     resolver.cargo().warning(&message);
+}
+
+/// A model with `precision = "bf16"` built for a CPU without bf16 dot products runs its
+/// dense layers on a portable tile, slower than float32: say so, once per build. The CPU
+/// looked at is this machine's when it builds for itself; an aarch64 target has no bf16
+/// tile yet.
+fn warn_when_bf16_is_emulated(resolver: &Resolver, model: &Model) {
+    if model.options.precision != metadata::Precision::Bf16 {
+        return;
+    }
+    let target = resolver.cargo_target();
+    let why = if !target.starts_with("x86_64") {
+        format!("relax-runtime has no bf16 tile for {target} yet")
+    } else if target == resolver.host() && !host_has_avx512_bf16() {
+        "this machine's CPU has no AVX512-BF16".to_string()
+    } else {
+        return;
+    };
+    resolver.cargo().warning(&format!(
+        "relax-build: model `{}` has precision = \"bf16\", but {why}: its dense layers will run \
+         relax-runtime's portable bf16 tile there, slower than float32 (on a CPU with \
+         AVX512-BF16 the same library runs `vdpbf16ps`). Remove the key to keep float32.",
+        model.name
+    ));
+}
+
+fn host_has_avx512_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// The runtime-library folder relative to the executable's folder, when `OUT_DIR` has

@@ -70,6 +70,7 @@ impl Job<'_> {
             opt_level: model.options.opt_level,
             offload: model.options.offload,
             onnx_prepare: model.options.onnx_prepare,
+            precision: model.options.precision.as_str(),
             weights_mode: match model.weights {
                 Weights::Embed => "embed",
                 Weights::External => "external",

@@ -277,6 +277,8 @@ pub struct Request {
     pub opt_level: u8,
     pub offload: bool,
     pub onnx_prepare: bool,
+    /// `f32` or `bf16` (the offloaded dense layers').
+    pub precision: &'static str,
     /// The model's safetensors file (a torch module's `load_state_dict` reads it).
     pub weights_file: Option<PathBuf>,
     /// `auto`, `embed` or `external` (ONNX initializers).
@@ -564,6 +566,7 @@ mod tests {
             opt_level: 3,
             offload: true,
             onnx_prepare: true,
+            precision: "f32",
             weights_file: None,
             weights_mode: "auto",
             output_dir: PathBuf::from("/out"),

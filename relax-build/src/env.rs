@@ -28,7 +28,7 @@ pub const CARGO_ENCODED_RUSTFLAGS: &str = "CARGO_ENCODED_RUSTFLAGS";
 pub const RUSTC: &str = "RUSTC";
 
 /// `RELAX_<MODEL>_<SUFFIX>`: a per-model override (`PIPELINE`, `TIR_PIPELINE`,
-/// `OPT_LEVEL`, `TARGET`, `OFFLOAD`, `ONNX_PREPARE`).
+/// `OPT_LEVEL`, `TARGET`, `OFFLOAD`, `ONNX_PREPARE`, `PRECISION`).
 pub fn model_variable(model: &str, suffix: &str) -> String {
     format!("RELAX_{}_{suffix}", model.to_ascii_uppercase())
 }

@@ -8,7 +8,7 @@
 //! | `source:<path>` | the model source file's content (path relative to the package root) |
 //! | `include:<path>` | each file under the model's `include` files and folders |
 //! | `weights` | the weights file's sha256 (a fetched file's declared sha256: it is checked when fetched) |
-//! | `manifest` | the manifest entry after defaults and environment overrides (name, entry, weights mode, pipelines, opt level, offload, ONNX preparation, inputs) |
+//! | `manifest` | the manifest entry after defaults and environment overrides (name, entry, weights mode, pipelines, opt level, offload, ONNX preparation, precision, inputs) |
 //! | `target` | the resolved TVM target dict |
 //! | `driver` | the compile driver's source |
 //! | `relax-build` | relax-build's version |
@@ -116,6 +116,7 @@ impl KeyInputs {
             "opt_level": model.options.opt_level,
             "offload": model.options.offload,
             "onnx_prepare": model.options.onnx_prepare,
+            "precision": model.options.precision.as_str(),
             "inputs": inputs,
         });
         parts.insert(

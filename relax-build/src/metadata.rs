@@ -7,6 +7,7 @@
 //! opt_level = 3                            # tvm.transform.PassContext(opt_level=...)
 //! target = { mcpu = "skylake" }            # keys merged over the target derived from Cargo's
 //! offload = true                           # matmul/conv to relax-runtime's kernels (default)
+//! precision = "f32"                        # "f32" (default) or "bf16": dense layers in bf16
 //! onnx_prepare = true                      # fold ONNX shape computations first (default)
 //! python = ".venv/bin/python"              # the interpreter to compile with (after RELAX_PYTHON)
 //! allow_outside = ["../shared-models"]     # folders outside the package models may read
@@ -40,7 +41,8 @@
 //!
 //! Per model, environment variables override the manifest (`<MODEL>` is the model name
 //! in upper case): `RELAX_<MODEL>_PIPELINE`, `_TIR_PIPELINE`, `_OPT_LEVEL`, `_TARGET`
-//! (a JSON object merged over the target), `_OFFLOAD` and `_ONNX_PREPARE` (`0`/`1`).
+//! (a JSON object merged over the target), `_OFFLOAD` and `_ONNX_PREPARE` (`0`/`1`) and
+//! `_PRECISION` (`f32`/`bf16`).
 
 use std::path::{Path, PathBuf};
 
@@ -215,6 +217,8 @@ pub struct CompileOptions {
     pub offload: bool,
     /// ONNX sources: fold shape computations with the pinned dims before importing.
     pub onnx_prepare: bool,
+    /// The precision of the offloaded dense layers' products.
+    pub precision: Precision,
 }
 
 impl Default for CompileOptions {
@@ -226,6 +230,7 @@ impl Default for CompileOptions {
             target: serde_json::Map::new(),
             offload: true,
             onnx_prepare: true,
+            precision: Precision::default(),
         }
     }
 }
@@ -388,6 +393,14 @@ impl Model {
         if let Some(prepare) = self.env_override(cargo, "ONNX_PREPARE", switch, "0 or 1")? {
             self.options.onnx_prepare = prepare;
         }
+        if let Some(precision) = self.env_override(
+            cargo,
+            "PRECISION",
+            Precision::parse,
+            "a precision; use f32 or bf16",
+        )? {
+            self.options.precision = precision;
+        }
         Ok(())
     }
 
@@ -466,6 +479,36 @@ impl Pipeline {
     }
 }
 
+/// The precision a model's offloaded products compute in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// float32 throughout.
+    #[default]
+    F32,
+    /// Dense layers (matmuls by a weight, offloaded to relax-runtime's kernels) multiply
+    /// bf16-rounded operands with float32 sums: AVX512-BF16's `vdpbf16ps` where the CPU
+    /// has it, a portable tile giving the same results elsewhere. Weights are rounded
+    /// once, when relax-runtime loads them; everything else (convolutions, attention's
+    /// products, normalizations, softmax, reductions) stays float32.
+    Bf16,
+}
+
+impl Precision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Precision> {
+        [Precision::F32, Precision::Bf16]
+            .into_iter()
+            .find(|precision| precision.as_str() == text.trim())
+    }
+}
+
 /// Compile options as written in the manifest (all optional).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -476,6 +519,7 @@ struct RawOptions {
     target: Option<toml::Table>,
     offload: Option<bool>,
     onnx_prepare: Option<bool>,
+    precision: Option<Precision>,
 }
 
 // The compile options are repeated in the two tables below (not `#[serde(flatten)]`,
@@ -492,6 +536,7 @@ struct RawRelax {
     target: Option<toml::Table>,
     offload: Option<bool>,
     onnx_prepare: Option<bool>,
+    precision: Option<Precision>,
     #[serde(default)]
     allow_outside: Vec<String>,
 }
@@ -508,6 +553,7 @@ struct RawModel {
     target: Option<toml::Table>,
     offload: Option<bool>,
     onnx_prepare: Option<bool>,
+    precision: Option<Precision>,
     #[serde(default)]
     include: Vec<String>,
     #[serde(default)]
@@ -702,6 +748,7 @@ pub fn parse_with(
             target: raw.target,
             offload: raw.offload,
             onnx_prepare: raw.onnx_prepare,
+            precision: raw.precision,
         },
         ROOT_KEY,
         &keys,
@@ -792,6 +839,9 @@ fn merge_options(
     }
     if let Some(prepare) = raw.onnx_prepare {
         options.onnx_prepare = prepare;
+    }
+    if let Some(precision) = raw.precision {
+        options.precision = precision;
     }
     Ok(options)
 }
@@ -962,6 +1012,7 @@ fn validate_model(
             target: raw.target,
             offload: raw.offload,
             onnx_prepare: raw.onnx_prepare,
+            precision: raw.precision,
         },
         model_key,
         keys,

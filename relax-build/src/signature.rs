@@ -80,6 +80,10 @@ pub struct TensorType {
     /// A weight packed in panels: the matrix's N (the panels pad it to a multiple of 64).
     #[serde(default)]
     pub columns: Option<i64>,
+    /// A weight packed in bf16 panels: the matrix's K (the panels hold `ceil(K / 2)` rows
+    /// of pairs).
+    #[serde(default)]
+    pub depth: Option<i64>,
 }
 
 /// How the model takes a weight, relative to the weights file (relax-runtime converts
@@ -95,6 +99,11 @@ pub enum WeightLayout {
     Panels,
     /// The same from a matrix the file holds as `[columns, K]`.
     TransposedPanels,
+    /// A `[K, N]` matrix packed for the bf16 dense kernels, `[ceil(N / 64), ceil(K / 2),
+    /// 64]` words of bf16 pairs: the file holds float32 `[depth, columns]`.
+    Bf16Panels,
+    /// The same from a matrix the file holds as `[columns, depth]`.
+    Bf16TransposedPanels,
     /// A 3x3 convolution kernel in Winograd F(2x2, 3x3) form, `[16, in, out]`: the file
     /// holds `[out, in, 3, 3]`.
     Winograd,
@@ -124,6 +133,17 @@ impl TensorType {
                 };
                 let (depth, columns) = (depth.clone(), Dim::Static(columns));
                 if self.layout == WeightLayout::Panels {
+                    vec![depth, columns]
+                } else {
+                    vec![columns, depth]
+                }
+            }
+            WeightLayout::Bf16Panels | WeightLayout::Bf16TransposedPanels => {
+                let (Some(columns), Some(depth)) = (self.columns, self.depth) else {
+                    return self.shape.clone();
+                };
+                let (depth, columns) = (Dim::Static(depth), Dim::Static(columns));
+                if self.layout == WeightLayout::Bf16Panels {
                     vec![depth, columns]
                 } else {
                     vec![columns, depth]
@@ -222,6 +242,17 @@ mod tests {
         assert_eq!(
             packed("transposed_panels").stored_shape(),
             dims(&[100, 384])
+        );
+        let bf16 = |layout: &str| -> TensorType {
+            serde_json::from_str(&format!(
+                r#"{{"name": "w", "dtype": "float32", "shape": [2, 192, 64], "layout": "{layout}", "columns": 100, "depth": 383}}"#
+            ))
+            .unwrap()
+        };
+        assert_eq!(bf16("bf16_panels").stored_shape(), dims(&[383, 100]));
+        assert_eq!(
+            bf16("bf16_transposed_panels").stored_shape(),
+            dims(&[100, 383])
         );
         assert_eq!(
             weight("[16, 64, 128]", "winograd").stored_shape(),

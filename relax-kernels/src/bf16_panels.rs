@@ -105,19 +105,31 @@ impl Bf16Isa {
     }
 }
 
-/// `relax_runtime.dense_bf16(x, w, epilogue, out)`: `x[..., K] · W` with `W` packed by
-/// [`pack`] (`[ceil(N / 64), ceil(K / 2), 64]`).
+/// `relax_runtime.dense_bf16(x, w, transpose_w, epilogue, out)`: `x[..., K] · W` with `W`
+/// packed by [`pack`] (`[ceil(N / 64), ceil(K / 2), 64]`); the arguments are the float32
+/// dense kernel's, `transpose_w` 0 (the panels are what they are).
 pub(crate) fn dense_bf16(args: &Arguments<'_>) -> Result<(), String> {
-    dense_with(args, false)
+    dense_with(args, false, false)
 }
 
-/// `relax_runtime.dense_bf16_bias(x, w, bias, epilogue, out)`.
+/// `relax_runtime.dense_bf16_bias(x, w, bias, transpose_w, epilogue, out)`.
 pub(crate) fn dense_bf16_bias(args: &Arguments<'_>) -> Result<(), String> {
-    dense_with(args, true)
+    dense_with(args, true, false)
 }
 
-fn dense_with(args: &Arguments<'_>, has_bias: bool) -> Result<(), String> {
-    args.expect_count(4 + usize::from(has_bias))?;
+/// `relax_runtime.dense_bf16_add(x, w, transpose_w, epilogue, residual, out)`: `residual`
+/// (of the output's shape) is added before the activation.
+pub(crate) fn dense_bf16_add(args: &Arguments<'_>) -> Result<(), String> {
+    dense_with(args, false, true)
+}
+
+/// `relax_runtime.dense_bf16_bias_add(x, w, bias, transpose_w, epilogue, residual, out)`.
+pub(crate) fn dense_bf16_bias_add(args: &Arguments<'_>) -> Result<(), String> {
+    dense_with(args, true, true)
+}
+
+fn dense_with(args: &Arguments<'_>, has_bias: bool, has_residual: bool) -> Result<(), String> {
+    args.expect_count(5 + usize::from(has_bias) + usize::from(has_residual))?;
     let name = args.name;
     let x = args.tensor(0, None)?;
     let w = args.tensor(1, Some(3))?;
@@ -127,8 +139,18 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool) -> Result<(), String> {
         None
     };
     let rest = 2 + usize::from(has_bias);
-    let epilogue = Epilogue::from_code(args.int(rest)?)?;
-    let out = args.output(rest + 1, Some(x.shape.len()))?;
+    if args.int(rest)? != 0 {
+        return Err(format!(
+            "{name}: transpose_w is 1, but bf16 panels are packed as they are read (give 0)"
+        ));
+    }
+    let epilogue = Epilogue::from_code(args.int(rest + 1)?)?;
+    let residual = if has_residual {
+        Some(args.tensor(rest + 2, Some(x.shape.len()))?)
+    } else {
+        None
+    };
+    let out = args.output(rest + 2 + usize::from(has_residual), Some(x.shape.len()))?;
     if x.shape.is_empty() {
         return Err(format!("{name}: x is a scalar"));
     }
@@ -144,6 +166,7 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool) -> Result<(), String> {
     if !panels_fit
         || out.shape != expected_out.as_slice()
         || bias.is_some_and(|bias| bias.len() != n)
+        || residual.is_some_and(|residual| residual.shape != out.shape)
     {
         return Err(format!(
             "{name}: shapes do not fit: x {:?}, w {:?} (bf16 panels of pairs), bias {:?}, out {:?}",
@@ -153,13 +176,17 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool) -> Result<(), String> {
             out.shape
         ));
     }
+    if let Some(residual) = residual {
+        residual.check_disjoint(&out)?;
+    }
     // SAFETY: checked float32 tensors of the sizes checked above, read only during the
-    // call; TVM's outputs do not alias its inputs.
-    let (x, panels, bias) = unsafe {
+    // call; TVM's outputs do not alias its inputs (the residual was checked above).
+    let (x, panels, bias, residual) = unsafe {
         (
             std::slice::from_raw_parts(x.data.cast_const(), m * k),
             std::slice::from_raw_parts(w.data.cast_const(), w.len()),
             bias.map(|bias| std::slice::from_raw_parts(bias.data.cast_const(), n)),
+            residual.map(|residual| std::slice::from_raw_parts(residual.data.cast_const(), m * n)),
         )
     };
     // SAFETY: the output was checked to hold m x n values and aliases no input.
@@ -168,8 +195,11 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool) -> Result<(), String> {
             (m, n, k),
             x,
             panels,
-            bias,
-            epilogue,
+            After {
+                bias,
+                residual,
+                epilogue,
+            },
             Shared(out.data),
             args.launch,
             Bf16Isa::best(),
@@ -177,19 +207,26 @@ fn dense_with(args: &Arguments<'_>, has_bias: bool) -> Result<(), String> {
     }
 }
 
-/// `out[m, n] = epilogue(bf16(x) · W + bias)`, split over the pool by panels.
+/// What follows the product: a bias per column, a residual of the output's shape (`m x
+/// n`), an activation.
+#[derive(Clone, Copy)]
+pub(crate) struct After<'a> {
+    pub(crate) bias: Option<&'a [f32]>,
+    pub(crate) residual: Option<&'a [f32]>,
+    pub(crate) epilogue: Epilogue,
+}
+
+/// `out[m, n] = epilogue(bf16(x) · W + bias + residual)`, split over the pool by panels.
 ///
 /// # Safety
 /// `out` addresses `m x n` float32 values that nothing else reads or writes during the
 /// call; `isa` runs here. The slices hold `m x k` values, [`pack`]'s words for `k x n`,
-/// and `n` values (checked, with a panic otherwise).
-#[allow(clippy::too_many_arguments)]
+/// `n` values and `m x n` values (checked, with a panic otherwise).
 pub(crate) unsafe fn dense_into(
     (m, n, k): (usize, usize, usize),
     x: &[f32],
     panels: &[f32],
-    bias: Option<&[f32]>,
-    epilogue: Epilogue,
+    after: After<'_>,
     out: Shared,
     launch: Launch,
     isa: Bf16Isa,
@@ -197,13 +234,21 @@ pub(crate) unsafe fn dense_into(
     let pairs = k.div_ceil(2);
     let count = n.div_ceil(PANEL);
     assert!(x.len() >= m * k && panels.len() >= count * pairs * PANEL);
-    assert!(bias.is_none_or(|bias| bias.len() >= n));
+    assert!(after.bias.is_none_or(|bias| bias.len() >= n));
+    assert!(after
+        .residual
+        .is_none_or(|residual| residual.len() >= m * n));
     reuse(&PAIRS, |buffer| {
         if buffer.len() < m * pairs {
             buffer.resize(m * pairs, 0);
         }
         let words = &mut buffer[..m * pairs];
-        round_rows(x, k, words);
+        match isa {
+            // SAFETY: `isa` runs here (the contract); the slices' sizes were asserted.
+            #[cfg(target_arch = "x86_64")]
+            Bf16Isa::Avx512Bf16 => unsafe { avx512::round_rows(x, k, words) },
+            _ => round_rows(x, k, words),
+        }
         let words: &[u32] = words;
         launch(m * n * k < INLINE_WORK, &|task, tasks| {
             for panel in chunk(count, tasks, task, 1) {
@@ -215,7 +260,8 @@ pub(crate) unsafe fn dense_into(
                     panel: &panels[panel * pairs * PANEL..][..pairs * PANEL],
                     first_column: panel * PANEL,
                     columns: PANEL.min(n - panel * PANEL),
-                    bias,
+                    bias: after.bias,
+                    residual: after.residual,
                     out,
                 };
                 // SAFETY: the panel's columns of `out` belong to this task alone (the
@@ -235,7 +281,7 @@ pub(crate) unsafe fn dense_into(
                             block.columns,
                         )
                     };
-                    epilogue.apply(values);
+                    after.epilogue.apply(values);
                 }
             }
         })
@@ -243,7 +289,8 @@ pub(crate) unsafe fn dense_into(
 }
 
 /// Each row of `x` (`k` values) as `ceil(k / 2)` words of bf16 pairs, the last one's high
-/// half zero when `k` is odd.
+/// half zero when `k` is odd. (Word `j` holds values `2j` and `2j + 1`, low half first:
+/// in memory, a row's words are its values' bf16 halves in order, then the pad.)
 fn round_rows(x: &[f32], k: usize, words: &mut [u32]) {
     let pairs = k.div_ceil(2);
     for (row, words) in words.chunks_exact_mut(pairs).enumerate() {
@@ -267,6 +314,8 @@ struct Block<'a> {
     /// The panel's real columns (64 but for the last panel).
     columns: usize,
     bias: Option<&'a [f32]>,
+    /// `m x n` values.
+    residual: Option<&'a [f32]>,
     out: Shared,
 }
 
@@ -293,6 +342,9 @@ unsafe fn portable_block(block: &Block<'_>) {
             out.copy_from_slice(&sums[..width]);
             if let Some(bias) = block.bias {
                 add(out, &bias[block.first_column + first..][..width]);
+            }
+            if let Some(residual) = block.residual {
+                add(out, &residual[offset..][..width]);
             }
         }
     }
@@ -350,6 +402,44 @@ mod avx512 {
         }
     }
 
+    /// [`super::round_rows`] with `vcvtne2ps2bf16`, 32 values an instruction (the same
+    /// rounding, to nearest with ties to even; a float32 denormal becomes zero, as the dot
+    /// product instruction would take it anyway).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F and AVX512-BF16; `x` holds `words.len() / ceil(k / 2)` rows
+    /// of `k` values (checked, with a panic otherwise).
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn round_rows(x: &[f32], k: usize, words: &mut [u32]) {
+        let pairs = k.div_ceil(2);
+        for (row, words) in words.chunks_exact_mut(pairs).enumerate() {
+            let values = &x[row * k..][..k];
+            let whole = k / 32 * 32;
+            for (from, to) in values[..whole]
+                .chunks_exact(32)
+                .zip(words.chunks_exact_mut(16))
+            {
+                // SAFETY: 32 values read, 16 words written, inside the slices.
+                unsafe {
+                    let low = _mm512_loadu_ps(from.as_ptr());
+                    let high = _mm512_loadu_ps(from.as_ptr().add(16));
+                    let halves = _mm512_cvtne2ps_pbh(high, low);
+                    _mm512_storeu_si512(to.as_mut_ptr().cast(), words_of(halves));
+                }
+            }
+            if whole < k {
+                super::round_rows(&values[whole..], k - whole, &mut words[whole / 2..]);
+            }
+        }
+    }
+
+    /// The bits of 32 bf16 values as 16 words.
+    #[inline(always)]
+    fn words_of(halves: __m512bh) -> __m512i {
+        // SAFETY: both are 512-bit vectors of plain bits, every pattern valid for each.
+        unsafe { std::mem::transmute::<__m512bh, __m512i>(halves) }
+    }
+
     /// Reinterprets 16 words of bf16 pairs as the instruction's operand type.
     #[inline(always)]
     fn bh(words: __m512i) -> __m512bh {
@@ -357,7 +447,7 @@ mod avx512 {
         unsafe { std::mem::transmute::<__m512i, __m512bh>(words) }
     }
 
-    /// Rows `row..row + R` of the block, then the bias, stored with a mask on the last
+    /// Rows `row..row + R` of the block, then the bias and residual, stored with a mask on the last
     /// panel's missing columns.
     #[target_feature(enable = "avx512f,avx512bf16")]
     unsafe fn tile<const R: usize>(block: &Block<'_>, row: usize) {
@@ -394,6 +484,10 @@ mod avx512 {
                     if let Some(bias) = block.bias {
                         let bias = bias.as_ptr().add(block.first_column + first);
                         value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, bias));
+                    }
+                    if let Some(residual) = block.residual {
+                        let residual = residual.as_ptr().add(offset + first);
+                        value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, residual));
                     }
                     _mm512_mask_storeu_ps(block.out.at(offset + first), mask, value);
                 }

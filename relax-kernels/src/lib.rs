@@ -73,8 +73,7 @@
 //! | `relax_runtime.dense` | `x[.., K], w, transpose_w, epilogue, out[.., N]` |
 //! | | `w` may be `[ceil(N / 64), K, 64]` instead: packed in column panels at load (see `panels`) |
 //! | `relax_runtime.dense_bias` | `x[.., K], w, bias[N], transpose_w, epilogue, out[.., N]` |
-//! | `relax_runtime.dense_bf16` | `x[.., K], w[ceil(N / 64), ceil(K / 2), 64], epilogue, out[.., N]`: in bf16 with float32 sums, `w` packed in panels of bf16 pairs at load (see `bf16_panels`) |
-//! | `relax_runtime.dense_bf16_bias` | as `dense_bf16`, with `bias[N]` after `w` |
+//! | `relax_runtime.dense_bf16` (and `_bias`, `_add`, `_bias_add`) | as `dense` with `w[ceil(N / 64), ceil(K / 2), 64]` and `transpose_w = 0`: in bf16 with float32 sums, `w` packed in panels of bf16 pairs at load (a model declared with `precision = "bf16"`; see `bf16_panels`) |
 //! | `relax_runtime.batch_matmul` | `a[B.., M, K], b[B.., K, N] or [K, N], transpose_b, alpha, out[B.., M, N]` |
 //! | `relax_runtime.conv2d` | `x[N, C, H, W], w[O, C/g, KH, KW], strides(2), padding(4), dilation(2), groups, epilogue, out` |
 //! | | `w` may be `[16, C, O]` or `[36, C, O]` instead: a 3x3 kernel in Winograd F(2x2, 3x3) or F(4x4, 3x3) form (stride 1, no dilation, one group; relax-runtime transforms such weights when it loads them) |
@@ -161,6 +160,11 @@ pub const KERNELS: &[(&str, Kernel)] = &[
     (
         "relax_runtime.dense_bf16_bias",
         bf16_panels::dense_bf16_bias,
+    ),
+    ("relax_runtime.dense_bf16_add", bf16_panels::dense_bf16_add),
+    (
+        "relax_runtime.dense_bf16_bias_add",
+        bf16_panels::dense_bf16_bias_add,
     ),
     ("relax_runtime.batch_matmul", gemm::batch_matmul),
     ("relax_runtime.conv2d", conv::conv2d),

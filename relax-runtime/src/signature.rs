@@ -53,6 +53,10 @@ pub struct TensorSignature {
     /// A weight packed in panels: the matrix's N (the panels pad it to a multiple of 64).
     #[serde(default)]
     pub columns: Option<i64>,
+    /// A weight packed in bf16 panels: the matrix's K (the panels hold `ceil(K / 2)` rows
+    /// of pairs).
+    #[serde(default)]
+    pub depth: Option<i64>,
 }
 
 /// How a function takes a weight, relative to the weights file; relax-runtime converts
@@ -67,6 +71,11 @@ pub enum WeightLayout {
     Panels,
     /// The same from a matrix stored `[N, K]` (as `nn.Linear` stores its weight).
     TransposedPanels,
+    /// A float32 `[K, N]` matrix rounded to bf16 and packed for the bf16 dense kernels:
+    /// `[ceil(N / 64), ceil(K / 2), 64]` words of bf16 pairs (`depth` K, `columns` N).
+    Bf16Panels,
+    /// The same from a matrix stored `[N, K]`.
+    Bf16TransposedPanels,
     /// A float32 3x3 convolution kernel in Winograd F(2x2, 3x3) form, `[16, in, out]`:
     /// stored as `[out, in, 3, 3]`.
     Winograd,
@@ -87,9 +96,14 @@ pub enum WeightLayout {
 }
 
 impl WeightLayout {
-    /// The dims stored for a weight taken as `shape` (`columns`: N of a packed one), or
-    /// None when the dims do not fit the layout.
-    pub fn stored_shape(self, shape: &[Dim], columns: Option<i64>) -> Option<Vec<Dim>> {
+    /// The dims stored for a weight taken as `shape` (`columns`: N of a packed one,
+    /// `depth`: K of a bf16 one), or None when the dims do not fit the layout.
+    pub fn stored_shape(
+        self,
+        shape: &[Dim],
+        columns: Option<i64>,
+        depth: Option<i64>,
+    ) -> Option<Vec<Dim>> {
         // Whether `panels` panels of 64 hold exactly `columns` columns.
         let holds = |panels: i64, columns: i64| {
             columns > 0 && panels == columns / 64 + i64::from(columns % 64 != 0)
@@ -109,6 +123,20 @@ impl WeightLayout {
                 [Dim::Static(panels), depth @ Dim::Static(_), Dim::Static(64)],
                 Some(columns),
             ) if holds(*panels, columns) => Some(vec![Dim::Static(columns), depth.clone()]),
+            (
+                WeightLayout::Bf16Panels | WeightLayout::Bf16TransposedPanels,
+                [Dim::Static(panels), Dim::Static(pairs), Dim::Static(64)],
+                Some(columns),
+            ) if holds(*panels, columns)
+                && depth.is_some_and(|depth| depth > 0 && *pairs == (depth + 1) / 2) =>
+            {
+                let (depth, columns) = (Dim::Static(depth?), Dim::Static(columns));
+                Some(if self == WeightLayout::Bf16Panels {
+                    vec![depth, columns]
+                } else {
+                    vec![columns, depth]
+                })
+            }
             (WeightLayout::Winograd, [Dim::Static(16), channels, filters], _)
             | (WeightLayout::Winograd4, [Dim::Static(36), channels, filters], _) => Some(vec![
                 filters.clone(),
@@ -308,6 +336,7 @@ mod tests {
             shape: vec![Dim::Symbolic("n".to_string()), Dim::Static(4)],
             layout: WeightLayout::Stored,
             columns: None,
+            depth: None,
         };
         FunctionSignature {
             name: "add".to_string(),

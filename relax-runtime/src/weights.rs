@@ -50,7 +50,7 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
         })?;
         let stored = expected
             .layout
-            .stored_shape(&expected.shape, expected.columns)
+            .stored_shape(&expected.shape, expected.columns, expected.depth)
             .ok_or_else(|| {
                 error(format!(
                     "tensor `{}`: the signature takes it {:?} as {}, which that layout cannot be",
@@ -85,6 +85,9 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
             }
             WeightLayout::BlockedWinograd4 => {
                 blocked_winograd(view.shape(), view.data(), WinogradTile::Four)?
+            }
+            WeightLayout::Bf16Panels | WeightLayout::Bf16TransposedPanels => {
+                bf16_panels(view.shape(), view.data(), expected.layout)?
             }
             WeightLayout::Transposed => transposed(view.shape(), view.data())?,
         };
@@ -173,6 +176,25 @@ fn panels(shape: &[usize], data: &[u8], layout: WeightLayout) -> Result<Tensor> 
         .chain([PANEL])
         .collect();
     Tensor::from_slice(&packed, &dims)
+}
+
+/// A float32 matrix stored `[K, N]` (`Bf16Panels`) or `[N, K]` (`Bf16TransposedPanels`)
+/// rounded to bf16 and packed in the bf16 dense kernels' panels of pairs, `[ceil(N / 64),
+/// ceil(K / 2), 64]` (each float32 slot holds a pair's bits).
+fn bf16_panels(shape: &[usize], data: &[u8], layout: WeightLayout) -> Result<Tensor> {
+    let values = floats(data);
+    let (depth, columns) = match layout {
+        WeightLayout::Bf16Panels => (shape[0], shape[1]),
+        _ => (shape[1], shape[0]),
+    };
+    let packed = relax_kernels::weights::pack_bf16_panels(depth, columns, |k, n| match layout {
+        WeightLayout::Bf16Panels => values[k * columns + n],
+        _ => values[n * depth + k],
+    });
+    Tensor::from_slice(
+        &packed,
+        &[columns.div_ceil(PANEL), depth.div_ceil(2), PANEL],
+    )
 }
 
 /// A float32 tensor stored `[.., a, b]` as `[.., b, a]`.
@@ -300,6 +322,44 @@ mod tests {
         let signature = ModelSignature::from_json("m", json).unwrap();
         let error = load(&signature, Some(&file())).unwrap_err().to_string();
         assert!(error.contains("which that layout cannot be"), "{error}");
+    }
+
+    #[test]
+    fn a_bf16_weight_is_rounded_into_panels_of_pairs_and_needs_its_depth() {
+        // Stored [N = 2, K = 3] (0..6): taken as [1, ceil(3 / 2) = 2, 64] bf16 pairs.
+        let json = r#"{"model": "m", "tvm_version": "0.27.0.post1", "target": "{}", "functions": [
+            {"name": "main", "inputs": [], "outputs": [], "returns_tuple": false,
+             "weights": [{"name": "w", "dtype": "float32", "shape": [1, 2, 64],
+                          "layout": "bf16_transposed_panels", "columns": 2, "depth": 3}]}]}"#;
+        let signature = ModelSignature::from_json("m", json).unwrap();
+        let weights = load(&signature, Some(&file())).unwrap();
+        assert_eq!(weights[0][0].shape(), [1, 2, 64]);
+        let words: Vec<u32> = weights[0][0]
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .map(|value| value.to_bits())
+            .collect();
+        let bf16 = |value: f32| relax_kernels::weights::round_bf16(value) as u32;
+        // Pair row p of column n holds w[n][2p] low and w[n][2p + 1] high (0 past K).
+        assert_eq!(words[0], bf16(0.0) | bf16(1.0) << 16);
+        assert_eq!(words[1], bf16(3.0) | bf16(4.0) << 16);
+        assert_eq!(words[64], bf16(2.0));
+        assert_eq!(words[65], bf16(5.0));
+        assert!(words[2..64]
+            .iter()
+            .chain(&words[66..])
+            .all(|&word| word == 0));
+        // Without the depth, or with one the panels cannot hold, the layout cannot be.
+        for wrong in [r#", "depth": 3"#, r#", "depth": 5"#] {
+            let json = json.replace(
+                r#", "depth": 3"#,
+                if wrong.contains('5') { wrong } else { "" },
+            );
+            let signature = ModelSignature::from_json("m", &json).unwrap();
+            let error = load(&signature, Some(&file())).unwrap_err().to_string();
+            assert!(error.contains("which that layout cannot be"), "{error}");
+        }
     }
 
     /// safetensors bytes holding one float32 tensor `k` of shape [2, 1, 3, 3].

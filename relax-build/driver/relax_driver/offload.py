@@ -29,6 +29,13 @@ column panels, `[ceil(out / 64), in, 64]`: the signature marks it `"layout": "pa
 loads the weights, and the dense kernel streams the panels without packing them on
 every call.
 
+With `precision = "bf16"` (the request's `"precision"`), such a weight is taken packed in
+panels of bf16 pairs instead, `[ceil(out / 64), ceil(in / 2), 64]` (`"layout":
+"bf16_panels"` or `"bf16_transposed_panels"`), and its calls go to the bf16 dense kernels
+(`relax_runtime.dense_bf16`, `_bias`, `_add`, `_bias_add`: the same arguments), which
+round `x` to bf16 and sum in float32. A dense layer whose weight is computed, or used
+otherwise too, stays float32, as does everything else.
+
 Likewise a weight used only as the kernel of 3x3 convolutions with stride 1 (no dilation,
 one group) that a Winograd variant computes best (see `winograd_tile`) is taken as its
 Winograd transform: `[36, in, out]` for F(4x4, 3x3) (`"layout": "winograd4"`, 4 times
@@ -874,7 +881,8 @@ def take_weights_otherwise(function, weight_rank, fits, new_dims, adjust=None):
     """Replaces the weight parameters of rank `weight_rank` whose every use is as the
     weight operand (argument 1) of a kernel call for which `fits(name, args, out_type)`
     holds, by parameters of dims `new_dims(old dims)`; `adjust(name, args)` then updates
-    those calls' other arguments in place.
+    those calls' other arguments in place, and returns the kernel they call instead, or
+    None to keep it.
 
     Returns the function and the indices of the parameters it replaced.
     """
@@ -913,7 +921,7 @@ def take_weights_otherwise(function, weight_rank, fits, new_dims, adjust=None):
         args = list(value.args[1].fields)
         args[1] = replacement[args[1]]
         if adjust is not None:
-            adjust(name, args)
+            name = adjust(name, args) or name
         return packed(name, args, binding.var.ty)
 
     params = [replacement.get(param, param) for param in function.params]
@@ -930,15 +938,26 @@ PANEL = 64
 BLOCK = 16
 
 
-def panel_weights(function):
+def bf16_kernel(name):
+    """The bf16 dense kernel taking the same arguments as float32 `name`."""
+    return "relax_runtime.dense_bf16" + name.removeprefix("relax_runtime.dense")
+
+
+def panel_weights(function, precision="f32"):
     """Takes the weights used only as dense operands (`[in, out]`, or `[out, in]` taken
     transposed as nn.Linear stores them) as `[ceil(out / 64), in, 64]` parameters: packed
-    in panels at load, read by the dense kernel without packing them on every call.
+    in panels at load, read by the dense kernel without packing them on every call. With
+    `precision` "bf16", as `[ceil(out / 64), ceil(in / 2), 64]` panels of bf16 pairs, read
+    by the bf16 dense kernels.
 
-    Returns the function and {parameter index: (layout, columns)}.
+    Returns the function and {parameter index: {"layout": ..., "columns": N}}, with
+    `"depth": K` too for bf16 panels (whose `ceil(K / 2)` rows do not say K).
     """
+    bf16 = precision == "bf16"
     chosen = {}
     for transposed, layout in ((True, "transposed_panels"), (False, "panels")):
+        if bf16:
+            layout = "bf16_" + layout
 
         def dense_operand(name, args, _out_type, transposed=transposed):
             return (
@@ -949,16 +968,21 @@ def panel_weights(function):
 
         def packed_dims(d, transposed=transposed):
             depth, columns = (int(d[1]), int(d[0])) if transposed else (int(d[0]), int(d[1]))
-            return [(columns + PANEL - 1) // PANEL, depth, PANEL]
+            rows = (depth + 1) // 2 if bf16 else depth
+            return [(columns + PANEL - 1) // PANEL, rows, PANEL]
 
         def now_packed(name, args):
             args[epilogue_index(name) - 1] = int_value(0)
+            return bf16_kernel(name) if bf16 else None
 
         stored = {index: dims(param) for index, param in enumerate(function.params)}
         function, indices = take_weights_otherwise(function, 2, dense_operand, packed_dims, now_packed)
         for index in indices:
-            columns = int(stored[index][0] if transposed else stored[index][1])
-            chosen[index] = (layout, columns)
+            d = stored[index]
+            columns, depth = (int(d[0]), int(d[1])) if transposed else (int(d[1]), int(d[0]))
+            chosen[index] = {"layout": layout, "columns": columns}
+            if bf16:
+                chosen[index]["depth"] = depth
     return function, chosen
 
 
@@ -1342,19 +1366,20 @@ def layout_kernel_calls(function):
     return rewritten_function(function, kernel_call)
 
 
-def rewrite(ir_module, target):
+def rewrite(ir_module, target, precision="f32"):
     """The module with its matmuls and convolutions rewritten into kernel calls, and, per
     function name, how it takes each weight parameter it takes otherwise than stored
-    (index -> {"layout": "panels", "transposed_panels", "winograd", "winograd4",
-    "filter_panels", "blocked_winograd", "blocked_winograd4" or "transposed", "columns": N
-    of packed ones})."""
+    (index -> {"layout": "panels", "transposed_panels", "bf16_panels",
+    "bf16_transposed_panels", "winograd", "winograd4", "filter_panels",
+    "blocked_winograd", "blocked_winograd4" or "transposed", "columns": N of packed
+    ones, "depth": K of bf16 panels}). `precision` "bf16" takes dense weights in bf16 panels (see `panel_weights`)."""
     del target  # the kernels choose their instructions at run time
     module = ir_module
     layouts = {}
     for global_var, function in list(ir_module.functions.items()):
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):
             rewritten = rewrite_function(function, ir_module)
-            rewritten, packed = panel_weights(rewritten)
+            rewritten, dense_panels = panel_weights(rewritten, precision)
             rewritten, winograd = winograd_weights(rewritten)
             rewritten, recurrent = recurrent_weights(rewritten)
             winograd.update(recurrent)
@@ -1362,9 +1387,10 @@ def rewrite(ir_module, target):
             rewritten, blocked_winograd_taken = blocked_winograd_weights(rewritten)
             rewritten = blocked_kernels_packed(rewritten, {rewritten.params[index] for index in blocked_winograd_taken})
             rewritten = layout_kernel_calls(rewritten)
-            packed.update(filter_panels)
+            packed = dict(filter_panels)
             packed.update(blocked_winograd_taken)
             chosen = {index: {"layout": layout, "columns": columns} for index, (layout, columns) in packed.items()}
+            chosen.update(dense_panels)
             chosen.update({index: {"layout": layout} for index, layout in winograd.items()})
             if chosen:
                 layouts[global_var.name_hint] = chosen

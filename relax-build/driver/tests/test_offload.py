@@ -476,3 +476,53 @@ class TrailingReductions(unittest.TestCase):
 
     def test_a_max_over_a_leading_axis_stays(self):
         self.assertIn("R.max", self.rewritten(relax.op.max, [1]))
+
+
+def linear_model(also_used=False):
+    """x [4, 7] · wᵀ + b, `w` [5, 7] as nn.Linear stores it (a weight parameter); with
+    `also_used`, the weight is also added to an input of its shape."""
+    import tvm
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([4, 7], "float32"))
+    other = relax.Var("other", relax.TensorType([5, 7], "float32"))
+    w = relax.Var("w", relax.TensorType([5, 7], "float32"))
+    b = relax.Var("b", relax.TensorType([5], "float32"))
+    inputs = [x, other] if also_used else [x]
+    with bb.function("main", [*inputs, w, b], attrs={"num_input": len(inputs)}):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, relax.op.permute_dims(w)))
+            z = bb.emit(relax.op.add(y, b))
+            if also_used:
+                z = bb.emit(relax.op.sum(relax.op.add(w, other)) + relax.op.sum(z))
+            out = bb.emit_output(z)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+class Bf16Precision(unittest.TestCase):
+    def dense_calls(self, module):
+        return [
+            offload.packed_name(binding.value)
+            for block in module["main"].body.blocks
+            for binding in block.bindings
+            if (offload.packed_name(binding.value) or "").startswith("relax_runtime.dense")
+        ]
+
+    def test_a_dense_weight_is_taken_in_bf16_panels_and_its_call_goes_to_the_bf16_kernel(self):
+        module, layouts = offload.rewrite(linear_model(), None, "bf16")
+        # Stored [5, 7]: one panel of ceil(7 / 2) = 4 rows of pairs, K given beside N.
+        self.assertEqual(layouts["main"], {1: {"layout": "bf16_transposed_panels", "columns": 5, "depth": 7}})
+        self.assertEqual([int(d) for d in module["main"].params[1].ty.shape.values], [1, 4, 64])
+        self.assertEqual(self.dense_calls(module), ["relax_runtime.dense_bf16_bias"])
+
+    def test_float32_is_the_default_and_unchanged(self):
+        module, layouts = offload.rewrite(linear_model(), None)
+        self.assertEqual(layouts["main"], {1: {"layout": "transposed_panels", "columns": 5}})
+        self.assertEqual([int(d) for d in module["main"].params[1].ty.shape.values], [1, 7, 64])
+        self.assertEqual(self.dense_calls(module), ["relax_runtime.dense_bias"])
+
+    def test_a_weight_also_used_otherwise_stays_stored_and_float32(self):
+        module, layouts = offload.rewrite(linear_model(also_used=True), None, "bf16")
+        self.assertNotIn("main", layouts)
+        self.assertEqual(self.dense_calls(module), ["relax_runtime.dense_bias"])

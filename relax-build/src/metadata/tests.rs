@@ -111,6 +111,28 @@ fn a_wrong_enum_value_is_one_line_naming_the_key() {
 }
 
 #[test]
+fn precision_is_f32_unless_a_model_or_the_package_asks_for_bf16() {
+    let package = Package::new();
+    let precision = |text: &str| package.parse(text).unwrap().models[0].options.precision;
+    assert_eq!(precision(LINEAR), Precision::F32);
+    assert_eq!(
+        precision(&format!("{LINEAR}precision = \"bf16\"\n")),
+        Precision::Bf16
+    );
+    assert_eq!(
+        precision(&format!(
+            "[package.metadata.relax]\nprecision = \"bf16\"\n{LINEAR}"
+        )),
+        Precision::Bf16
+    );
+    let message = package.error(&format!("{LINEAR}precision = \"int4\"\n"));
+    assert_contains(
+        &message,
+        "`package.metadata.relax.models.linear.precision`: unknown variant `int4`, expected `f32` or `bf16`",
+    );
+}
+
+#[test]
 fn bad_dtype() {
     let message = Package::new().error(&format!(
         "{LINEAR}[package.metadata.relax.models.linear.inputs.forward]\nx = \"flaot32[1, 4]\"\n"
@@ -204,7 +226,9 @@ fn environment_overrides_name_the_variable_when_wrong() {
     std::env::set_var("RELAX_ENVTEST_TARGET", "{\"mcpu\": \"znver4\"}");
     std::env::set_var("RELAX_ENVTEST_OPT_LEVEL", "1");
     std::env::set_var("RELAX_ENVTEST_OFFLOAD", "0");
+    std::env::set_var("RELAX_ENVTEST_PRECISION", "bf16");
     model.apply_env_overrides(Cargo::TOOL).unwrap();
+    assert_eq!(model.options.precision, Precision::Bf16);
     assert_eq!(model.options.pipeline, Pipeline::Cpu);
     assert_eq!(model.options.opt_level, 1);
     assert!(!model.options.offload);
@@ -221,6 +245,13 @@ fn environment_overrides_name_the_variable_when_wrong() {
     assert_contains(
         &error.to_string(),
         "`RELAX_ENVTEST_TARGET`: `skylake` is not a JSON object",
+    );
+    std::env::remove_var("RELAX_ENVTEST_TARGET");
+    std::env::set_var("RELAX_ENVTEST_PRECISION", "fp16");
+    let error = model.apply_env_overrides(Cargo::TOOL).unwrap_err();
+    assert_contains(
+        &error.to_string(),
+        "`RELAX_ENVTEST_PRECISION`: `fp16` is not a precision; use f32 or bf16",
     );
 }
 

@@ -50,19 +50,31 @@ fn bf16_dense_layers_match_naive_loops_and_the_tiles_agree_bit_for_bit() {
         let x = test_values(m * k, 1, 1.0);
         let w = test_values(k * n, 2, 1.0);
         let bias = test_values(n, 3, 1.0);
+        let residual = test_values(m * n, 4, 1.0);
         let panels = pack(k, n, |row, column| w[row * n + column]);
         assert_eq!(panels.len(), n.div_ceil(PANEL) * k.div_ceil(2) * PANEL);
         let sums = reference(&x, &w, (m, k, n));
-        for (with_bias, epilogue) in [(false, Epilogue::None), (true, Epilogue::Relu)] {
+        for (with_bias, with_residual, epilogue) in [
+            (false, false, Epilogue::None),
+            (true, false, Epilogue::Relu),
+            (false, true, Epilogue::Gelu),
+            (true, true, Epilogue::None),
+        ] {
             let mut expected: Vec<f32> = sums
                 .iter()
                 .enumerate()
                 .map(|(index, sum)| {
-                    (sum + if with_bias {
+                    let bias = if with_bias {
                         bias[index % n] as f64
                     } else {
                         0.0
-                    }) as f32
+                    };
+                    let residual = if with_residual {
+                        residual[index] as f64
+                    } else {
+                        0.0
+                    };
+                    (sum + bias + residual) as f32
                 })
                 .collect();
             epilogue.apply(&mut expected);
@@ -78,8 +90,11 @@ fn bf16_dense_layers_match_naive_loops_and_the_tiles_agree_bit_for_bit() {
                         (m, n, k),
                         &x,
                         &panels,
-                        with_bias.then_some(bias.as_slice()),
-                        epilogue,
+                        After {
+                            bias: with_bias.then_some(bias.as_slice()),
+                            residual: with_residual.then_some(residual.as_slice()),
+                            epilogue,
+                        },
                         Shared(out.as_mut_ptr()),
                         three_threads,
                         isa,
@@ -119,6 +134,7 @@ fn the_kernel_checks_the_panels_shape() {
         Argument::input(&x, &x_shape).unwrap(),
         Argument::input(&float32_panels, &wrong).unwrap(),
         Argument::int(0),
+        Argument::int(0),
         Argument::output(&mut out, &out_shape).unwrap(),
     ];
     let error = dense_bf16(&Arguments::new(
@@ -128,4 +144,21 @@ fn the_kernel_checks_the_panels_shape() {
     ))
     .unwrap_err();
     assert!(error.contains("bf16 panels of pairs"), "{error}");
+    // The right panels, asked to be transposed: refused, saying what to give.
+    let panels = pack(k, n, |_, _| 1.0);
+    let shape = [2, k.div_ceil(2) as i64, 64];
+    let args = [
+        Argument::input(&x, &x_shape).unwrap(),
+        Argument::input(&panels, &shape).unwrap(),
+        Argument::int(1),
+        Argument::int(0),
+        Argument::output(&mut out, &out_shape).unwrap(),
+    ];
+    let error = dense_bf16(&Arguments::new(
+        "relax_runtime.dense_bf16",
+        &args,
+        three_threads,
+    ))
+    .unwrap_err();
+    assert!(error.contains("transpose_w is 1"), "{error}");
 }

@@ -9,6 +9,7 @@ fn input(shape: Vec<Dim>) -> TensorSignature {
         shape,
         layout: WeightLayout::Stored,
         columns: None,
+        depth: None,
     }
 }
 
