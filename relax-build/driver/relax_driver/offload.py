@@ -33,8 +33,9 @@ With `precision = "bf16"` (the request's `"precision"`), such a weight is taken 
 panels of bf16 pairs instead, `[ceil(out / 64), ceil(in / 2), 64]` (`"layout":
 "bf16_panels"` or `"bf16_transposed_panels"`), and its calls go to the bf16 dense kernels
 (`relax_runtime.dense_bf16`, `_bias`, `_add`, `_bias_add`: the same arguments), which
-round `x` to bf16 and sum in float32. A dense layer whose weight is computed, or used
-otherwise too, stays float32, as does everything else.
+round `x` to bf16 and sum in float32. A constant weight (a small model's embedded
+initializers) is packed so here, once. A dense layer whose weight is computed, or a
+parameter used otherwise too, stays float32, as does everything else.
 
 Likewise a weight used only as the kernel of 3x3 convolutions with stride 1 (no dilation,
 one group) that a Winograd variant computes best (see `winograd_tile`) is taken as its
@@ -983,7 +984,59 @@ def panel_weights(function, precision="f32"):
             chosen[index] = {"layout": layout, "columns": columns}
             if bf16:
                 chosen[index]["depth"] = depth
+    if bf16:
+        function = bf16_constant_weights(function)
     return function, chosen
+
+
+def bf16_constant_weights(function):
+    """The dense calls whose weight is a float32 constant (`[N, K]` taken transposed, or
+    `[K, N]`) take it packed in bf16 panels of pairs now and call the bf16 kernels."""
+
+    def packed_constant(binding):
+        value = binding.value
+        name = packed_name(value)
+        if name is None or name.removesuffix(RESIDUAL) not in DENSE or not isinstance(value.args[1], relax.Tuple):
+            return None
+        args = list(value.args[1].fields)
+        weight = args[1]
+        if not isinstance(weight, tvm.ir.Constant) or rank(weight) != 2 or not is_float32(weight):
+            return None
+        matrix = weight.value.numpy()
+        if int(args[epilogue_index(name) - 1].value) == 1:
+            matrix = matrix.T
+        args[1] = relax.const(bf16_panels_of(matrix))
+        args[epilogue_index(name) - 1] = int_value(0)
+        return packed(bf16_kernel(name), args, binding.var.ty)
+
+    return rewritten_function(function, packed_constant)
+
+
+def bf16_values(values):
+    """float32 values (numpy) rounded to bf16, as uint16 bit patterns: to nearest with ties
+    to even, a NaN a quiet NaN (relax-kernels' `bf16_panels::round`)."""
+    import numpy as np
+
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    quiet = ((bits >> 16) | 0x40).astype(np.uint16)
+    return np.where(np.isnan(values), quiet, rounded)
+
+
+def bf16_panels_of(matrix):
+    """A `[K, N]` float32 matrix (numpy) packed in bf16 panels of pairs, `[ceil(N / 64),
+    ceil(K / 2), 64]` words (as float32 bit patterns), as relax-runtime packs a weight at
+    load: word (p, n) holds rows 2p (low half) and 2p + 1 (high half) of column n."""
+    import numpy as np
+
+    depth, columns = matrix.shape
+    panels, pairs = (columns + PANEL - 1) // PANEL, (depth + 1) // 2
+    padded = np.zeros((2 * pairs, panels * PANEL), dtype=np.float32)
+    padded[:depth, :columns] = matrix
+    halves = bf16_values(padded).astype(np.uint32)
+    words = halves[0::2] | (halves[1::2] << 16)
+    words = words.reshape(pairs, panels, PANEL).transpose(1, 0, 2)
+    return np.ascontiguousarray(words).view(np.float32)
 
 
 RECURRENT = "relax_runtime.recurrent"

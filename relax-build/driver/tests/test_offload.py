@@ -526,3 +526,42 @@ class Bf16Precision(unittest.TestCase):
         module, layouts = offload.rewrite(linear_model(also_used=True), None, "bf16")
         self.assertNotIn("main", layouts)
         self.assertEqual(self.dense_calls(module), ["relax_runtime.dense_bias"])
+
+    def test_a_constant_weight_is_packed_now_as_relax_runtime_packs_a_parameter(self):
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        weight = rng.standard_normal((5, 7)).astype(np.float32)
+        weight[0, 0] = 1.0 + 1.0 / 256.0  # a tie: to bf16's even neighbour, 1
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType([4, 7], "float32"))
+        with bb.function("main", [x], attrs={"num_input": 1}):
+            with bb.dataflow():
+                y = bb.emit(relax.op.matmul(x, relax.op.permute_dims(relax.const(weight))))
+                out = bb.emit_output(y)
+            bb.emit_func_output(out)
+        module, layouts = offload.rewrite(bb.get(), None, "bf16")
+        self.assertNotIn("main", layouts)
+        (call,) = [
+            binding.value
+            for block in module["main"].body.blocks
+            for binding in block.bindings
+            if (offload.packed_name(binding.value) or "").startswith("relax_runtime.dense")
+        ]
+        self.assertEqual(offload.packed_name(call), "relax_runtime.dense_bf16")
+        fields = call.args[1].fields
+        self.assertEqual(int(fields[2].value), 0, "transpose_w is 0: the panels are as read")
+        words = fields[1].value.numpy().view(np.uint32)
+        self.assertEqual(words.shape, (1, 4, 64))
+        # Word (p, n): rows 2p and 2p + 1 of column n of the [K, N] matrix (wᵀ), low first.
+        def bf16(value):
+            return float(np.array([np.uint32(value) << 16]).view(np.float32)[0])
+
+        for p in range(4):
+            for n in range(5):
+                low, high = int(words[0, p, n]) & 0xFFFF, int(words[0, p, n]) >> 16
+                self.assertAlmostEqual(bf16(low), weight[n, 2 * p], delta=abs(weight[n, 2 * p]) / 128)
+                expected_high = weight[n, 2 * p + 1] if 2 * p + 1 < 7 else 0.0
+                self.assertAlmostEqual(bf16(high), expected_high, delta=abs(expected_high) / 128)
+        self.assertEqual(int(words[0, 0, 0]) & 0xFFFF, 0x3F80, "1 + 2^-8 rounds to even: 1.0")
+        self.assertTrue((words[0, :, 5:] == 0).all())
