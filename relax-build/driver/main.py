@@ -90,6 +90,8 @@ def run(request):
             ir_module, request["target"], warnings, (written_weights, weight_names)
         )
         ir_module, layouts = offload.rewrite(ir_module, None, request.get("precision", "f32"))
+        if request.get("precision") == "bf16":
+            warnings.extend(offload.precision_warnings(ir_module))
     functions = signature.signature_of(ir_module, weight_names, layouts)
     if request["source_kind"] == "onnx":
         from relax_driver import onnx_source

@@ -989,6 +989,43 @@ def panel_weights(function, precision="f32"):
     return function, chosen
 
 
+def precision_warnings(ir_module):
+    """What a build asking for bf16 should hear (a model's kernel calls, counted by kind):
+    nothing when every matmul and convolution went to a bf16 kernel; else how many did
+    and what stays float32."""
+    counts = {"bf16": 0, "dense": 0, "conv": 0, "batch_matmul": 0}
+    for function in ir_module.functions.values():
+        if not isinstance(function, relax.Function):
+            continue
+        for block in getattr(function.body, "blocks", []):
+            for binding in block.bindings:
+                name = packed_name(binding.value) or ""
+                if name.startswith("relax_runtime.dense_bf16"):
+                    counts["bf16"] += 1
+                elif name.startswith("relax_runtime.dense"):
+                    counts["dense"] += 1
+                elif name.startswith("relax_runtime.conv2d"):
+                    counts["conv"] += 1
+                elif name == "relax_runtime.batch_matmul":
+                    counts["batch_matmul"] += 1
+    staying = [
+        f"{counts[kind]} {what}"
+        for kind, what in (
+            ("dense", "dense layers whose weight is computed or also used otherwise"),
+            ("conv", "convolutions"),
+            ("batch_matmul", "products of two activations (attention's)"),
+        )
+        if counts[kind]
+    ]
+    if not staying and counts["bf16"]:
+        return []
+    return [
+        f'precision = "bf16": {counts["bf16"]} dense layers run in bf16; '
+        + (", ".join(staying) if staying else "no matmul or convolution at all")
+        + " stay float32 (relax-runtime has bf16 kernels for dense layers by a weight only)"
+    ]
+
+
 def bf16_constant_weights(function):
     """The dense calls whose weight is a float32 constant (`[N, K]` taken transposed, or
     `[K, N]`) take it packed in bf16 panels of pairs now and call the bf16 kernels."""

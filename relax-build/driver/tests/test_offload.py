@@ -526,6 +526,13 @@ class Bf16Precision(unittest.TestCase):
         module, layouts = offload.rewrite(linear_model(also_used=True), None, "bf16")
         self.assertNotIn("main", layouts)
         self.assertEqual(self.dense_calls(module), ["relax_runtime.dense_bias"])
+        (warning,) = offload.precision_warnings(module)
+        self.assertIn('precision = "bf16": 0 dense layers run in bf16', warning)
+        self.assertIn("1 dense layers whose weight is computed or also used otherwise", warning)
+
+    def test_a_build_where_every_product_went_to_bf16_hears_nothing(self):
+        module, _ = offload.rewrite(linear_model(), None, "bf16")
+        self.assertEqual(offload.precision_warnings(module), [])
 
     def test_a_constant_weight_is_packed_now_as_relax_runtime_packs_a_parameter(self):
         import numpy as np
