@@ -10,12 +10,15 @@
 //! bench has them), onnxruntime. The last line is `summary: key=value ...` (ratios are
 //! our median / onnxruntime's). `--check` instead compares every model's output with
 //! onnxruntime's on the same inputs and fails above 1e-4 (relative to 1 + |expected|;
-//! 1e-2 for a bf16 build, which it also compares with the same model in float32).
+//! for a bf16 build 5e-2 relative to 1 + the output's largest value, with a classifier's
+//! top-1 the same; it also compares such a build with the same model in float32).
 //! `--only` keeps the named models (their rows, and a summary of their keys alone).
 //!
 //! ResNet-50, MobileNetV2, the OCR detector and MiniLM at 128 tokens are also timed in
 //! OpenVINO, compiled with its f32 hint and with its default precision (bf16 where the CPU
-//! has AVX512-BF16 or AMX): `<row>_f32_vs_openvino_f32` and `<row>_f32_vs_openvino`.
+//! has AVX512-BF16 or AMX): `<row>_f32_vs_openvino_f32` and `<row>_f32_vs_openvino`; and
+//! their builds with `precision = "bf16"` (`resnet50_bf16`, ...) against OpenVINO's
+//! default: `<row>_bf16_vs_openvino`.
 //!
 //! onnxruntime, OpenVINO and numpy run in a Python side harness (`ort_bench.py`, in the tests'
 //! reference venv under `target/test-python`, made on first use with pip), which times a
@@ -54,6 +57,9 @@ relax_runtime::include_model!("mobilenet_v3");
 relax_runtime::include_model!("ocr_det");
 relax_runtime::include_model!("minilm");
 relax_runtime::include_model!("minilm_bf16");
+relax_runtime::include_model!("resnet50_bf16");
+relax_runtime::include_model!("mobilenet_v2_bf16");
+relax_runtime::include_model!("ocr_det_bf16");
 relax_runtime::include_model!("torch_cnn");
 relax_runtime::include_model!("torch_cnn_onnx");
 relax_runtime::include_model!("crnn");
@@ -73,19 +79,24 @@ const SMALL_ROWS: [&str; 4] = ["tiny_mlp", "kws_cnn", "vad_chunk", "vad_chunk_if
 
 /// The rows measured against OpenVINO too (issue 56's references): compiled with its f32
 /// hint and with its default precision (bf16 on a CPU with AVX512-BF16 or AMX).
-const OPENVINO_ROWS: [&str; 5] = [
+const OPENVINO_ROWS: [&str; 8] = [
     "resnet50",
     "mobilenet_v2",
     "ocr_det",
     "minilm_s128",
+    "resnet50_bf16",
+    "mobilenet_v2_bf16",
+    "ocr_det_bf16",
     "minilm_s128_bf16",
 ];
 
-/// The worst difference `--check` accepts from onnxruntime (relative to 1 + |expected|):
-/// float32 builds, and builds declared with `precision = "bf16"` (whose dense layers
-/// round their operands to 8 significant bits).
+/// The worst difference `--check` accepts from onnxruntime: float32 builds (relative to
+/// `1 + |expected|`), and builds declared with `precision = "bf16"`, whose products round
+/// their operands to 8 significant bits (relative to `1 + ` the output's largest value;
+/// a classifier's top-1 must agree too). OpenVINO's own bf16 measures 2.6e-2 so on
+/// MobileNetV2 (seeded random weights, 52 layers deep), 1.1e-2 on ResNet-50.
 const F32_BOUND: f64 = 1e-4;
-const BF16_BOUND: f64 = 1e-2;
+const BF16_BOUND: f64 = 5e-2;
 
 /// The pause before the shared-model measurements (see there).
 const SHARED_SETTLE: Duration = Duration::from_secs(3);
@@ -464,8 +475,8 @@ fn main() -> Result<(), Failure> {
         "mobilenet_v2_f32_vs_openvino",
         "ocr_det_f32_vs_openvino",
         "minilm_f32_vs_openvino",
-        // Issue 56's reduced-precision rows: `nan` until relax-build compiles
-        // convolutions in bf16 and int8 models.
+        // Issue 56's reduced-precision rows (the int8 one `nan` until relax-build
+        // compiles int8 models).
         "resnet50_bf16_vs_openvino",
         "mobilenet_v2_bf16_vs_openvino",
         "ocr_det_bf16_vs_openvino",
@@ -662,6 +673,17 @@ fn cases() -> Result<Vec<Case>, Failure> {
             tract: None,
             f32_build: None,
         },
+        Case {
+            name: "resnet50_bf16",
+            f32_build: Some(resnet50::Model::load()?.into_session()),
+            ..light_case(
+                &generated,
+                "resnet50",
+                "gpu_0/data_0",
+                2.0 * 4.1e9,
+                resnet50_bf16::Model::load()?.into_session(),
+            )
+        },
         light_case(
             &generated,
             "densenet121",
@@ -704,6 +726,17 @@ fn cases() -> Result<Vec<Case>, Failure> {
             2.0 * 0.301e9,
             mobilenet_v2::Model::load()?.into_session(),
         ),
+        Case {
+            name: "mobilenet_v2_bf16",
+            f32_build: Some(mobilenet_v2::Model::load()?.into_session()),
+            ..light_case(
+                &generated,
+                "mobilenet_v2",
+                "input",
+                2.0 * 0.301e9,
+                mobilenet_v2_bf16::Model::load()?.into_session(),
+            )
+        },
         light_case(
             &generated,
             "efficientnet_b0",
@@ -729,6 +762,18 @@ fn cases() -> Result<Vec<Case>, Failure> {
             from_onnx: None,
             tract: None,
             f32_build: None,
+        },
+        Case {
+            name: "ocr_det_bf16",
+            onnx: generated.join("ocr_det.onnx"),
+            function: "main",
+            inputs: vec![float("input", &[1, 3, 480, 640])],
+            flops: 2.0 * OCR_DET_MULTIPLY_ADDS,
+            default: ocr_det_bf16::Model::load()?.into_session(),
+            tuned: None,
+            from_onnx: None,
+            tract: None,
+            f32_build: Some(ocr_det::Model::load()?.into_session()),
         },
         Case {
             name: "torch_cnn",
@@ -1219,26 +1264,43 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
             ("tuned", case.tuned.as_ref(), case.function),
             ("onnx", case.from_onnx.as_ref(), "main"),
         ];
-        let bound = if case.f32_build.is_some() {
-            BF16_BOUND
+        let bf16 = case.f32_build.is_some();
+        let (bound, difference): (f64, Difference) = if bf16 {
+            (BF16_BOUND, worst_scaled_difference)
         } else {
-            F32_BOUND
+            (F32_BOUND, worst_difference)
         };
+        // A classifier's 1000 logits: whether a bf16 build picks onnxruntime's top-1.
+        let classifier = |expected: &[f64]| bf16 && expected.len() == 1000;
+        let top1 = |ours: &[f32], expected: &[f64]| {
+            if !classifier(expected) {
+                ""
+            } else if same_top1(ours, expected) {
+                ", top-1 agrees"
+            } else {
+                ", top-1 differs"
+            }
+        };
+        let top1_ok =
+            |ours: &[f32], expected: &[f64]| !classifier(expected) || same_top1(ours, expected);
         for (build, session, function) in builds {
             let Some(session) = session else { continue };
             let ours = first_output(session, function, &arguments)?;
-            let worst = worst_difference(&ours, &reference);
-            let ok = ours.len() == reference.len() && worst <= bound;
+            let worst = difference(&ours, &reference);
+            let ok = ours.len() == reference.len() && worst <= bound && top1_ok(&ours, &reference);
             println!(
                 "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e}{}",
                 if ok { "ok  " } else { "FAIL" },
                 case.name,
                 build,
                 ours.len(),
-                if bound == F32_BOUND {
-                    String::new()
+                if bf16 {
+                    format!(
+                        " (bf16: relative to the largest value; bound {bound:.0e}{})",
+                        top1(&ours, &reference)
+                    )
                 } else {
-                    format!(" (bf16: bound {bound:.0e})")
+                    String::new()
                 }
             );
             failures += usize::from(!ok);
@@ -1249,14 +1311,15 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
                 .iter()
                 .map(|&value| f64::from(value))
                 .collect();
-            let worst = worst_difference(&ours, &float32);
-            let ok = worst <= bound;
+            let worst = difference(&ours, &float32);
+            let ok = worst <= bound && top1_ok(&ours, &float32);
             println!(
-                "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e} (bf16 against our float32 build; bound {bound:.0e})",
+                "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e} (bf16 against our float32 build; bound {bound:.0e}{})",
                 if ok { "ok  " } else { "FAIL" },
                 case.name,
                 "default",
-                ours.len()
+                ours.len(),
+                top1(&ours, &float32)
             );
             failures += usize::from(!ok);
         }
@@ -1264,13 +1327,22 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
             for (precision, values) in outputs {
                 // Its float32 outputs, through JSON's float64.
                 let theirs: Vec<f32> = serde_json::from_value(values.clone())?;
-                let worst = worst_difference(&theirs, &reference);
+                // Its default precision (bf16 here) measured as our bf16 builds are.
+                let (worst, how) = if precision == "f32" {
+                    (worst_difference(&theirs, &reference), "")
+                } else {
+                    (
+                        worst_scaled_difference(&theirs, &reference),
+                        ", relative to the largest value",
+                    )
+                };
                 println!(
-                    "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e} (OpenVINO {precision} against onnxruntime)",
+                    "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e} (OpenVINO {precision} against onnxruntime{how}{})",
                     if worst <= F32_BOUND { "ok  " } else { "note" },
                     case.name,
                     "openvino",
-                    theirs.len()
+                    theirs.len(),
+                    if precision == "f32" { "" } else { top1(&theirs, &reference) }
                 );
             }
         }
@@ -1316,6 +1388,41 @@ fn first_output(
 }
 
 /// The worst difference of `ours` from `expected`, relative to 1 + |expected|.
+/// How far `ours` is from `expected`, as one number.
+type Difference = fn(&[f32], &[f64]) -> f64;
+
+/// The worst difference of a bf16 build, relative to 1 + the largest |expected| value:
+/// rounding every operand to 8 significant bits errs in proportion to the sums' terms,
+/// not to each output (a logit near zero among large ones).
+fn worst_scaled_difference(ours: &[f32], expected: &[f64]) -> f64 {
+    let scale = 1.0
+        + expected
+            .iter()
+            .fold(0.0f64, |largest, e| largest.max(e.abs()));
+    ours.iter()
+        .zip(expected)
+        .map(|(a, e)| (f64::from(*a) - e).abs() / scale)
+        .fold(0.0f64, f64::max)
+}
+
+/// Whether the largest values of `ours` and `expected` are at the same index (a
+/// classifier's top-1).
+fn same_top1(ours: &[f32], expected: &[f64]) -> bool {
+    let top = |values: &mut dyn Iterator<Item = f64>| {
+        values
+            .enumerate()
+            .fold((0, f64::NEG_INFINITY), |best, (index, value)| {
+                if value > best.1 {
+                    (index, value)
+                } else {
+                    best
+                }
+            })
+            .0
+    };
+    top(&mut ours.iter().map(|value| f64::from(*value))) == top(&mut expected.iter().copied())
+}
+
 fn worst_difference(ours: &[f32], expected: &[f64]) -> f64 {
     ours.iter()
         .zip(expected)

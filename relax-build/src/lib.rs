@@ -79,7 +79,7 @@
 //! | `target` | a table of TVM target keys merged over the one derived from the Cargo target | — |
 //! | `offload` | matmuls and convolutions run in relax-runtime's kernels | `true` |
 //! | `onnx_prepare` | fold an ONNX graph's shape computations with the pinned dims before importing it | `true` |
-//! | `precision` | `"f32"`, or `"bf16"`: offloaded dense layers multiply bf16-rounded operands with float32 sums | `"f32"` |
+//! | `precision` | `"f32"`, or `"bf16"`: offloaded dense layers and blocked convolutions multiply bf16-rounded operands with float32 sums | `"f32"` |
 //! | `python` (package level only) | the Python to compile with: a path, or a command on `PATH` | — |
 //! | `allow_outside` (package level only) | folders outside the package that `source`, `weights`, `files` and `include` may name files in | — |
 //!

@@ -112,6 +112,10 @@ pub enum WeightLayout {
     /// A convolution kernel packed in filter panels, `[ceil(out / 64), in, kh, kw, 64]`:
     /// the file holds `[columns, in, kh, kw]` (OIHW, `columns` filters).
     FilterPanels,
+    /// A convolution kernel packed for the bf16 blocked convolutions, `[ceil(out / 64),
+    /// ceil(in / 2), kh, kw, 64]` words of bf16 pairs: the file holds float32 `[columns,
+    /// depth, kh, kw]` (OIHW).
+    Bf16FilterPanels,
     /// A 3x3 convolution kernel in Winograd F(2x2, 3x3) form for channel-blocked tensors,
     /// `[16, ceil(out / 64), in, 64]`: the file holds `[columns, in, 3, 3]`.
     BlockedWinograd,
@@ -167,6 +171,17 @@ impl TensorType {
                 ],
                 (other, _) => other.to_vec(),
             },
+            WeightLayout::Bf16FilterPanels => {
+                match (self.shape.as_slice(), self.columns, self.depth) {
+                    ([_, _, kernel_h, kernel_w, _], Some(columns), Some(depth)) => vec![
+                        Dim::Static(columns),
+                        Dim::Static(depth),
+                        kernel_h.clone(),
+                        kernel_w.clone(),
+                    ],
+                    (other, _, _) => other.to_vec(),
+                }
+            }
             WeightLayout::Transposed => match self.shape.as_slice() {
                 [outer @ .., b, a] => outer.iter().chain([a, b]).cloned().collect(),
                 other => other.to_vec(),
@@ -267,6 +282,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(conv.stored_shape(), dims(&[130, 64, 3, 3]));
+        let bf16_conv: TensorType = serde_json::from_str(
+            r#"{"name": "w", "dtype": "float32", "shape": [3, 32, 3, 3, 64], "layout": "bf16_filter_panels", "columns": 130, "depth": 64}"#,
+        )
+        .unwrap();
+        assert_eq!(bf16_conv.stored_shape(), dims(&[130, 64, 3, 3]));
         let blocked_winograd: TensorType = serde_json::from_str(
             r#"{"name": "w", "dtype": "float32", "shape": [16, 3, 64, 64], "layout": "blocked_winograd", "columns": 130}"#,
         )

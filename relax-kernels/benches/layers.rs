@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use relax_kernels::weights::{
-    blocked_winograd, pack_bf16_panels, pack_panels, winograd, WinogradTile, PANEL,
+    blocked_winograd, pack_bf16_filter_panels, pack_bf16_panels, pack_panels, winograd,
+    WinogradTile, PANEL,
 };
 use relax_kernels::{inline, kernel, Argument, Arguments};
 
@@ -132,8 +133,14 @@ impl Conv {
     }
 
     /// Times `relax_runtime.conv2d` with `x`, `w` and `out` in the given shapes.
-    fn run(
+    fn run(self, quick: bool, x: (&[f32], &[i64]), w: (&[f32], &[i64]), out_shape: &[i64]) -> f64 {
+        self.run_kernel("relax_runtime.conv2d", quick, x, w, out_shape)
+    }
+
+    /// Times the convolution kernel `kernel` with `x`, `w` and `out` in the given shapes.
+    fn run_kernel(
         self,
+        kernel: &'static str,
         quick: bool,
         (x, x_shape): (&[f32], &[i64]),
         (w, w_shape): (&[f32], &[i64]),
@@ -162,7 +169,7 @@ impl Conv {
             .map(Argument::int),
         );
         args.push(Argument::output(&mut out, out_shape).expect("out fits"));
-        call(quick, "relax_runtime.conv2d", &args)
+        call(quick, kernel, &args)
     }
 
     /// Every form relax-build may give this layer.
@@ -246,6 +253,7 @@ impl Conv {
                 self.run(quick, (&x, &nchw), (&w, &oihw), &blocked_out),
             );
         }
+        let mut bf16_row = None;
         if c % 16 == 0 && f % 16 == 0 {
             let blocked_x = [1, (c / 16) as i64, s as i64, s as i64, 16];
             let blocked_out = [1, (f / 16) as i64, o as i64, o as i64, 16];
@@ -258,6 +266,27 @@ impl Conv {
                     &blocked_out,
                 ),
             );
+            let bf16_panels = pack_bf16_filter_panels(f, c, (k, k), &w);
+            let bf16_shape = [
+                f.div_ceil(PANEL) as i64,
+                c.div_ceil(2) as i64,
+                k as i64,
+                k as i64,
+                64,
+            ];
+            bf16_row = Some(Row {
+                family: "conv2d",
+                layer: self.name(),
+                form: "blocked, bf16 filter panels of pairs",
+                seconds: self.run_kernel(
+                    "relax_runtime.conv2d_bf16",
+                    quick,
+                    (&x, &blocked_x),
+                    (&bf16_panels, &bf16_shape),
+                    &blocked_out,
+                ),
+                work: Work::Bf16Flops(self.flops()),
+            });
             if winograd_fits {
                 let tile = WinogradTile::Four;
                 let u = blocked_winograd(&w, f, c, tile);
@@ -268,6 +297,7 @@ impl Conv {
                 );
             }
         }
+        rows.extend(bf16_row);
         rows
     }
 }

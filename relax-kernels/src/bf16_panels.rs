@@ -288,6 +288,22 @@ pub(crate) unsafe fn dense_into(
     })
 }
 
+/// `values` rounded to bf16 pairs into `words` (`ceil(len / 2)` of them, checked with a
+/// panic), with the instructions of `isa`.
+///
+/// # Safety
+/// `isa` runs on this CPU ([`Bf16Isa::runs_here`]).
+pub(crate) unsafe fn round_into(values: &[f32], words: &mut [u32], isa: Bf16Isa) {
+    let k = values.len();
+    let words = &mut words[..k.div_ceil(2)];
+    match isa {
+        // SAFETY: `isa` runs here (the contract); one row of `k` values into its words.
+        #[cfg(target_arch = "x86_64")]
+        Bf16Isa::Avx512Bf16 => unsafe { avx512::round_rows(values, k, words) },
+        _ => round_rows(values, k, words),
+    }
+}
+
 /// Each row of `x` (`k` values) as `ceil(k / 2)` words of bf16 pairs, the last one's high
 /// half zero when `k` is odd. (Word `j` holds values `2j` and `2j + 1`, low half first:
 /// in memory, a row's words are its values' bf16 halves in order, then the pad.)
@@ -320,7 +336,7 @@ struct Block<'a> {
 }
 
 /// The sums of one word pair as the instruction forms them.
-fn dot_pair(sum: f32, a: u32, b: u32) -> f32 {
+pub(crate) fn dot_pair(sum: f32, a: u32, b: u32) -> f32 {
     let (a0, a1) = (widen(a as u16), widen((a >> 16) as u16));
     let (b0, b1) = (widen(b as u16), widen((b >> 16) as u16));
     (sum + a1 * b1) + a0 * b0

@@ -23,6 +23,7 @@
 //! [`UnitOrder`]); the tiles of a segment sum a pass of channel blocks (as many as keep
 //! their weights in the level-1 cache) into the output and resume from there.
 
+use super::bf16_panels::Bf16Isa;
 use super::caches::LINE_VALUES;
 use super::conv_operands::{Conv2d, Operands, PerFilter};
 use super::epilogue::Epilogue;
@@ -31,8 +32,31 @@ use super::parallel::{chunk, for_each_unit, Launch, Shared, UnitOrder, INLINE_WO
 use super::scratch::{prefix, reuse};
 use super::simd::Isa;
 
+pub(crate) mod bf16;
+
 /// Channels per block: one AVX-512 vector of float32.
 pub(crate) const BLOCK: usize = 16;
+
+/// What the tiles multiply, and with which instructions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arithmetic {
+    /// float32 values, the weights in filter panels.
+    F32(Isa),
+    /// bf16 pairs of channels summed in float32 (see [`bf16`]): the input rounded into
+    /// the padded buffer, the weights in filter panels of pairs.
+    Bf16(Bf16Isa),
+}
+
+impl Arithmetic {
+    /// The slots (float32 values, or 32-bit words of two bf16 values) that hold one
+    /// pixel's 16 channels of a block, in the source and in a panel's weights per tap.
+    fn lanes(self) -> usize {
+        match self {
+            Arithmetic::F32(_) => BLOCK,
+            Arithmetic::Bf16(_) => BLOCK / 2,
+        }
+    }
+}
 
 /// Output pixels per tile of `vectors` blocks of 16 filters: 24 accumulators, the weight
 /// vectors and a broadcast fit AVX-512's 32 registers (a panel of 64 filters: 6 pixels; of
@@ -85,8 +109,8 @@ const PASS_WEIGHTS: usize = 32 * 1024;
 
 /// Blocks of channels a pass sums, for a kernel of `kernel_size` taps (see
 /// [`PASS_WEIGHTS`]).
-fn blocks_per_pass(kernel_size: usize) -> usize {
-    let block_weights = kernel_size * BLOCK * PANEL * std::mem::size_of::<f32>();
+fn blocks_per_pass(kernel_size: usize, lanes: usize) -> usize {
+    let block_weights = kernel_size * lanes * PANEL * std::mem::size_of::<f32>();
     (PASS_WEIGHTS / block_weights.max(1)).max(1)
 }
 
@@ -96,7 +120,8 @@ thread_local! {
 }
 
 /// Where one image's (blocked, maybe padded) input lies: pixel `(y, x)` of block `b` at
-/// `data + (b * height + y) * width * 16 + x * 16`, in padded coordinates.
+/// `data + ((b * height + y) * width + x) * lanes` (the arithmetic's
+/// [`lanes`](Arithmetic::lanes)), in padded coordinates.
 #[derive(Clone, Copy)]
 pub(super) struct Source {
     pub(super) data: Shared,
@@ -104,8 +129,8 @@ pub(super) struct Source {
     pub(super) width: usize,
 }
 
-/// Where the weights of filter `f` of panel `p` for channel `c` and tap `t` lie: at
-/// `panel_stride * p + channel_stride * c + 64 t + f`.
+/// Where the weights of filter `f` of panel `p` for channel `c` (in bf16, the pair of
+/// channels `c`) and tap `t` lie: at `panel_stride * p + channel_stride * c + 64 t + f`.
 #[derive(Clone, Copy)]
 pub(super) struct WeightStrides {
     pub(super) panel: usize,
@@ -113,11 +138,16 @@ pub(super) struct WeightStrides {
 }
 
 impl WeightStrides {
-    /// Those of filter panels (`[ceil(F / 64), C, kh, kw, 64]`).
-    fn filter_panels(shape: &Conv2d) -> WeightStrides {
+    /// Those of filter panels (`[ceil(F / 64), C, kh, kw, 64]`; of pairs, `[ceil(F / 64),
+    /// C / 2, kh, kw, 64]`).
+    fn filter_panels(shape: &Conv2d, arithmetic: Arithmetic) -> WeightStrides {
         let kernel_size = shape.kernel.0 * shape.kernel.1;
+        let slots = match arithmetic {
+            Arithmetic::F32(_) => shape.channels,
+            Arithmetic::Bf16(_) => shape.channels.div_ceil(2),
+        };
         WeightStrides {
-            panel: shape.channels * kernel_size * PANEL,
+            panel: slots * kernel_size * PANEL,
             channel: kernel_size * PANEL,
         }
     }
@@ -138,23 +168,24 @@ pub(super) struct ImageTiles<'a> {
     pub(super) per_filter: Option<PerFilter<'a>>,
     pub(super) epilogue: Epilogue,
     pub(super) output: (usize, usize),
-    pub(super) isa: Isa,
+    pub(super) arithmetic: Arithmetic,
 }
 
 /// `out = epilogue(conv2d(x, w) * scale + shift + residual)` with `out` (and `residual`)
-/// blocked, `x` blocked (`input_blocked`) or NCHW, `w` in filter panels; with the tiles
-/// of `isa`.
+/// blocked, `x` blocked (`input_blocked`) or NCHW, `w` in filter panels (bf16: of pairs,
+/// and `x` blocked); with the tiles of `arithmetic`.
 ///
 /// # Safety
 /// `x` holds `shape.batch` images of `shape.channels` channels (blocked: `[C / 16, H, W,
 /// 16]` each, so `C` is a multiple of 16), `w` the panels of `shape.filters` filters
 /// (a multiple of 16), `out` and `residual` `[N, F / 16, OH, OW, 16]`, `per_filter` a value
 /// per filter; all valid for the call, and `out` overlaps none of the others. One group.
-/// `isa` one this CPU runs ([`Isa::runs_here`]).
+/// `arithmetic`'s instructions run on this CPU ([`Isa::runs_here`],
+/// [`Bf16Isa::runs_here`]).
 pub(crate) unsafe fn blocked_conv(
     shape: &Conv2d,
     input_blocked: bool,
-    isa: Isa,
+    arithmetic: Arithmetic,
     operands: Operands<'_>,
     launch: Launch,
 ) -> Result<(), String> {
@@ -171,7 +202,13 @@ pub(crate) unsafe fn blocked_conv(
         .ok_or("the kernel does not fit the padded input")?;
     let (top, left, bottom, right) = shape.padding;
     let blocks = shape.channels.div_ceil(BLOCK);
-    let padded = (top, left, bottom, right) != (0, 0, 0, 0) || !input_blocked;
+    let lanes = arithmetic.lanes();
+    let bf16 = matches!(arithmetic, Arithmetic::Bf16(_));
+    if bf16 && !input_blocked {
+        return Err("a bf16 convolution takes a blocked input".into());
+    }
+    // bf16 reads its input rounded, in the buffer, padded or not.
+    let padded = (top, left, bottom, right) != (0, 0, 0, 0) || !input_blocked || bf16;
     let too_large = || "the padded input is too large".to_string();
     let (height, width) = if padded {
         (
@@ -184,7 +221,7 @@ pub(crate) unsafe fn blocked_conv(
     };
     // The padded buffer's values (none when the input is read in place).
     let padded_len = if padded {
-        [height, width, BLOCK]
+        [height, width, lanes]
             .into_iter()
             .try_fold(blocks, usize::checked_mul)
             .ok_or_else(too_large)?
@@ -195,7 +232,7 @@ pub(crate) unsafe fn blocked_conv(
     let taps: Vec<usize> = (0..kernel_h * kernel_w)
         .map(|tap| {
             let (ky, kx) = (tap / kernel_w, tap % kernel_w);
-            (ky * shape.dilation.0 * width + kx * shape.dilation.1) * BLOCK
+            (ky * shape.dilation.0 * width + kx * shape.dilation.1) * lanes
         })
         .collect();
     let input_image = shape.channels * shape.height * shape.width;
@@ -235,6 +272,7 @@ pub(crate) unsafe fn blocked_conv(
                                 (block, rows.clone()),
                                 buffer,
                                 (height, width),
+                                arithmetic,
                             )
                         };
                     }
@@ -256,13 +294,13 @@ pub(crate) unsafe fn blocked_conv(
                 source,
                 taps: &taps,
                 panels: Shared(w.cast_mut()),
-                strides: WeightStrides::filter_panels(shape),
+                strides: WeightStrides::filter_panels(shape, arithmetic),
                 out: Shared(out.at(image * output_image)),
                 residual: residual.map(|residual| Shared(residual.at(image * output_image))),
                 per_filter,
                 epilogue,
                 output: (output_height, output_width),
-                isa,
+                arithmetic,
             };
             for_each_unit(launch, work < INLINE_WORK, units, &|unit| {
                 let (panel, index) = order.split(unit, panels, segments);
@@ -278,7 +316,8 @@ pub(crate) unsafe fn blocked_conv(
 
 /// Copies padded rows `rows` of block `block` of one image's input (blocked or NCHW) into
 /// the zero-padded blocked buffer `buffer` (`height x width` padded pixels per block);
-/// channels past `shape.channels` are zeros.
+/// channels past `shape.channels` are zeros. In bf16 (a blocked input), each pixel's
+/// channels are rounded into 8 words of pairs.
 ///
 /// # Safety
 /// `x` holds the image, `buffer` the padded blocks; `rows` are inside `0..height`, and no
@@ -290,7 +329,13 @@ unsafe fn pad_rows(
     (block, rows): (usize, std::ops::Range<usize>),
     buffer: Shared,
     (height, width): (usize, usize),
+    arithmetic: Arithmetic,
 ) {
+    if let Arithmetic::Bf16(isa) = arithmetic {
+        // SAFETY: the caller's contract (a blocked input in bf16).
+        unsafe { bf16::pad_rows(shape, x, (block, rows), buffer, (height, width), isa) };
+        return;
+    }
     let (top, left, _, _) = shape.padding;
     let row_len = width * BLOCK;
     // SAFETY: these rows of block `block` of the buffer, this task's alone.
@@ -349,6 +394,7 @@ impl ImageTiles<'_> {
         let blocks = shape.channels.div_ceil(BLOCK);
         let kernel_size = shape.kernel.0 * shape.kernel.1;
         let first_filter = panel * PANEL;
+        let lanes = self.arithmetic.lanes();
         // Tiles of near-equal sizes (49 pixels: 4 of 6 and 5 of 5, not 8 of 6 and 1 of 1).
         let tiles = pixels.len().div_ceil(pixels_per_tile(vectors));
         debug_assert!(tiles <= MAX_TILES);
@@ -366,15 +412,15 @@ impl ImageTiles<'_> {
             for (inputs, span) in inputs.iter_mut().zip(&spans).take(tiles) {
                 let first = pixels.start + span.start;
                 for (pixel, slot) in inputs.iter_mut().enumerate().take(span.len()) {
-                    *slot = (first + pixel) * BLOCK;
+                    *slot = (first + pixel) * lanes;
                 }
             }
         } else {
             // Column by column, a step at a time (a multiply a pixel, on a dependency
             // chain, took a fifth of the time of a 1x1 layer of 32 channels).
             let (column_step, row_step) = (
-                shape.stride.1 * BLOCK,
-                shape.stride.0 * self.source.width * BLOCK,
+                shape.stride.1 * lanes,
+                shape.stride.0 * self.source.width * lanes,
             );
             let (row, mut column) = (pixels.start / output_width, pixels.start % output_width);
             let mut row_start = row * row_step;
@@ -398,9 +444,9 @@ impl ImageTiles<'_> {
             let inputs = &inputs[tile_index];
             consecutive
                 || (1..spans[tile_index].len())
-                    .all(|pixel| inputs[pixel] == inputs[0] + pixel * BLOCK)
+                    .all(|pixel| inputs[pixel] == inputs[0] + pixel * lanes)
         });
-        let group = blocks_per_pass(kernel_size);
+        let group = blocks_per_pass(kernel_size, lanes);
         let panel_weights = panel * self.strides.panel;
         for first_block in (0..blocks).step_by(group) {
             let count = group.min(blocks - first_block);
@@ -411,7 +457,7 @@ impl ImageTiles<'_> {
             // segments read them unfetched, once).
             let next_block = first_block + count;
             let next_lines = if pixels.start == 0 {
-                (group.min(blocks - next_block) * BLOCK * self.strides.channel)
+                (group.min(blocks - next_block) * lanes * self.strides.channel)
                     .div_ceil(LINE_VALUES)
             } else {
                 0
@@ -429,23 +475,23 @@ impl ImageTiles<'_> {
                     x: self
                         .source
                         .data
-                        .at(first_block * self.source.height * self.source.width * BLOCK)
+                        .at(first_block * self.source.height * self.source.width * lanes)
                         .cast_const(),
                     inputs,
-                    block_stride: self.source.height * self.source.width * BLOCK,
+                    block_stride: self.source.height * self.source.width * lanes,
                     taps: self.taps,
                     blocks: count,
                     channels: shape.channels - first_block * BLOCK,
                     // The panel's weights of channel `first_block * 16`, tap 0.
                     w: self
                         .panels
-                        .at(panel_weights + first_block * BLOCK * self.strides.channel)
+                        .at(panel_weights + first_block * lanes * self.strides.channel)
                         .cast_const(),
                     // An address past the panel (even past the weights) when there is no
                     // next pass: never read, hence computed with `wrapping_add`.
                     next: self.panels.get().cast_const().wrapping_add(
                         panel_weights
-                            + next_block * BLOCK * self.strides.channel
+                            + next_block * lanes * self.strides.channel
                             + next_first * LINE_VALUES,
                     ),
                     next_lines: lines_per_tile.min(next_lines - next_first),
@@ -471,12 +517,13 @@ impl ImageTiles<'_> {
                 // SAFETY: the tile's output lies in this task's segment; its operands in
                 // the checked tensors (the function's contract).
                 unsafe {
-                    match self.isa {
+                    match self.arithmetic {
                         #[cfg(target_arch = "x86_64")]
-                        Isa::Avx512 => avx512::tile(&tile, finish.as_ref()),
+                        Arithmetic::F32(Isa::Avx512) => avx512::tile(&tile, finish.as_ref()),
                         #[cfg(target_arch = "x86_64")]
-                        Isa::Avx2 => avx2::tile(&tile, finish.as_ref()),
-                        _ => portable_tile(&tile, finish.as_ref()),
+                        Arithmetic::F32(Isa::Avx2) => avx2::tile(&tile, finish.as_ref()),
+                        Arithmetic::F32(_) => portable_tile(&tile, finish.as_ref()),
+                        Arithmetic::Bf16(isa) => bf16::tile(&tile, finish.as_ref(), isa),
                     }
                 }
                 if last && self.epilogue.after_registers() {
@@ -557,22 +604,8 @@ struct Finish<'a> {
 /// As [`blocked_conv`], for this tile.
 unsafe fn portable_tile(tile: &Tile<'_>, finish: Option<&Finish<'_>>) {
     let width = tile.vectors * BLOCK;
-    let mut sums = [[0f32; PANEL]; MAX_PIXELS_PER_TILE];
-    for (pixel, sums) in sums.iter_mut().enumerate().take(tile.pixels) {
-        for (lane, sum) in sums.iter_mut().enumerate().take(width) {
-            let (vector, within) = (lane / BLOCK, lane % BLOCK);
-            *sum = if tile.resume {
-                // SAFETY: inside the tile's output (the caller's contract).
-                unsafe {
-                    *tile
-                        .out
-                        .at(vector * tile.block_out_stride + pixel * BLOCK + within)
-                }
-            } else {
-                0.0
-            };
-        }
-    }
+    // SAFETY: the caller's contract.
+    let mut sums = unsafe { portable_start(tile) };
     for block in 0..tile.blocks {
         let channels = (tile.channels - block * BLOCK).min(BLOCK);
         for (t, &tap) in tile.taps.iter().enumerate() {
@@ -597,6 +630,46 @@ unsafe fn portable_tile(tile: &Tile<'_>, finish: Option<&Finish<'_>>) {
             }
         }
     }
+    // SAFETY: the caller's contract.
+    unsafe { portable_store(tile, finish, &sums) };
+}
+
+/// The sums a portable tile starts from: where the tile's earlier passes left them (or
+/// zero), per pixel and filter of the panel.
+///
+/// # Safety
+/// As [`blocked_conv`], for this tile.
+unsafe fn portable_start(tile: &Tile<'_>) -> [[f32; PANEL]; MAX_PIXELS_PER_TILE] {
+    let width = tile.vectors * BLOCK;
+    let mut sums = [[0f32; PANEL]; MAX_PIXELS_PER_TILE];
+    for (pixel, sums) in sums.iter_mut().enumerate().take(tile.pixels) {
+        for (lane, sum) in sums.iter_mut().enumerate().take(width) {
+            let (vector, within) = (lane / BLOCK, lane % BLOCK);
+            *sum = if tile.resume {
+                // SAFETY: inside the tile's output (the caller's contract).
+                unsafe {
+                    *tile
+                        .out
+                        .at(vector * tile.block_out_stride + pixel * BLOCK + within)
+                }
+            } else {
+                0.0
+            };
+        }
+    }
+    sums
+}
+
+/// `finish` (when given) on a portable tile's sums, stored in the tile's output.
+///
+/// # Safety
+/// As [`blocked_conv`], for this tile.
+unsafe fn portable_store(
+    tile: &Tile<'_>,
+    finish: Option<&Finish<'_>>,
+    sums: &[[f32; PANEL]; MAX_PIXELS_PER_TILE],
+) {
+    let width = tile.vectors * BLOCK;
     for (pixel, sums) in sums.iter().enumerate().take(tile.pixels) {
         for (lane, &sum) in sums.iter().enumerate().take(width) {
             let (vector, within) = (lane / BLOCK, lane % BLOCK);
@@ -880,7 +953,7 @@ mod avx512 {
     /// As `sums`.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    unsafe fn store<const P: usize, const V: usize>(
+    pub(super) unsafe fn store<const P: usize, const V: usize>(
         tile: &Tile<'_>,
         finish: Option<&Finish<'_>>,
         sums: &[[__m512; V]; P],

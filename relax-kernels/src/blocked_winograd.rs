@@ -22,7 +22,7 @@
 //! the price of the two transforms and of `V` and `M` (4, or 2.25, values per pixel of
 //! the input and of the output) going through memory.
 
-use super::blocked::{ImageTiles, Source, WeightStrides, BLOCK, SEGMENT};
+use super::blocked::{Arithmetic, ImageTiles, Source, WeightStrides, BLOCK, SEGMENT};
 use super::conv_operands::{Conv2d, Operands};
 use super::epilogue::{add, Epilogue};
 use super::panels::PANEL;
@@ -231,7 +231,7 @@ pub(crate) unsafe fn blocked_winograd(
                 per_filter: None,
                 epilogue: Epilogue::None,
                 output: (1, tiles),
-                isa,
+                arithmetic: Arithmetic::F32(isa),
             })
             .collect();
         for image in 0..shape.batch {

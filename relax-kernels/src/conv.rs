@@ -6,7 +6,8 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::blocked::{blocked_conv, BLOCK};
+use super::bf16_panels::Bf16Isa;
+use super::blocked::{blocked_conv, Arithmetic, BLOCK};
 use super::blocked_depthwise::blocked_depthwise;
 use super::blocked_winograd;
 use super::caches::level2_bytes;
@@ -348,10 +349,19 @@ enum Algorithm {
     Depthwise(Isa),
     Winograd(Tile),
     FilterPanels,
-    Blocked { input_blocked: bool, isa: Isa },
-    BlockedWinograd { tile: Tile, isa: Isa },
+    Blocked {
+        input_blocked: bool,
+        arithmetic: Arithmetic,
+    },
+    BlockedWinograd {
+        tile: Tile,
+        isa: Isa,
+    },
     BlockedDepthwise(Isa),
-    Direct { blocked: bool, isa: Isa },
+    Direct {
+        blocked: bool,
+        isa: Isa,
+    },
     Dots,
 }
 
@@ -373,9 +383,10 @@ impl Algorithm {
                 Algorithm::Depthwise(isa) => depthwise_conv(shape, isa, operands, launch),
                 Algorithm::Winograd(tile) => winograd_conv(tile, shape, operands, launch),
                 Algorithm::FilterPanels => filter_panels_conv(shape, operands, launch),
-                Algorithm::Blocked { input_blocked, isa } => {
-                    blocked_conv(shape, input_blocked, isa, operands, launch)
-                }
+                Algorithm::Blocked {
+                    input_blocked,
+                    arithmetic,
+                } => blocked_conv(shape, input_blocked, arithmetic, operands, launch),
                 Algorithm::BlockedWinograd { tile, isa } => {
                     blocked_winograd::blocked_winograd(shape, tile, isa, operands, launch)
                 }
@@ -894,7 +905,21 @@ enum After {
     BatchNorm,
 }
 
-fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result<(), String> {
+/// Whether a convolution kernel multiplies float32 values or bf16 pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Precision {
+    F32,
+    /// Only blocked convolutions, the kernel in filter panels of bf16 pairs
+    /// (`[ceil(O / 64), C / 2, KH, KW, 64]`, see `blocked::bf16`).
+    Bf16,
+}
+
+fn conv2d_with(
+    args: &Arguments<'_>,
+    after: After,
+    has_residual: bool,
+    precision: Precision,
+) -> Result<(), String> {
     let tensors = match after {
         After::Nothing => 0,
         After::Bias => 1,
@@ -927,6 +952,13 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     }
     let [stride_h, stride_w, top, left, bottom, right, dilation_h, dilation_w, groups, epilogue] =
         ints;
+    let bf16 = precision == Precision::Bf16;
+    if bf16 && (!input_blocked || w.shape.len() != 5 || groups != 1) {
+        return Err(format!(
+            "{name}: a bf16 convolution takes blocked x and out, one group and its kernel in filter panels of bf16 pairs ([ceil(O / 64), C / 2, KH, KW, 64]): x {:?}, w {:?}, out {:?}, groups {groups}",
+            x.shape, w.shape, out.shape
+        ));
+    }
     let whole_blocks =
         |view: &super::tensor::View<'_>| view.shape.len() != 5 || view.shape[4] == BLOCK as i64;
     // An OIHW kernel of one input channel per group onto a blocked output: a blocked
@@ -992,7 +1024,11 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     } else if blocked {
         Algorithm::Blocked {
             input_blocked,
-            isa: Isa::best(),
+            arithmetic: if bf16 {
+                Arithmetic::Bf16(Bf16Isa::best())
+            } else {
+                Arithmetic::F32(Isa::best())
+            },
         }
     } else if packed {
         Algorithm::FilterPanels
@@ -1054,6 +1090,8 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
                     shape.channels as i64,
                     PANEL as i64,
                 ]
+        } else if bf16 {
+            dim(&w, 1) == shape.channels.div_ceil(2)
         } else {
             dim(&w, 1) * groups == shape.channels
         })
@@ -1168,7 +1206,7 @@ fn conv2d_with(args: &Arguments<'_>, after: After, has_residual: bool) -> Result
     let per_call = match algorithm {
         Algorithm::Blocked {
             input_blocked: true,
-            isa,
+            arithmetic: Arithmetic::F32(isa),
         } if packed && winograd_per_call(&shape) && blocked_winograd::computes(&shape) => Some((
             Algorithm::BlockedWinograd { tile, isa },
             shape.filters.div_ceil(PANEL) * PANEL * shape.channels * 9,
@@ -1250,35 +1288,67 @@ fn winograd_per_call(shape: &Conv2d) -> bool {
 /// `relax_runtime.conv2d(x, w, stride_h, stride_w, top, left, bottom, right, dilation_h,
 /// dilation_w, groups, epilogue, out)`.
 pub(crate) fn conv2d(args: &Arguments<'_>) -> Result<(), String> {
-    conv2d_with(args, After::Nothing, false)
+    conv2d_with(args, After::Nothing, false, Precision::F32)
 }
 
 /// `relax_runtime.conv2d_bias(x, w, bias, ...)`: as `conv2d`, plus a bias per filter.
 pub(crate) fn conv2d_bias(args: &Arguments<'_>) -> Result<(), String> {
-    conv2d_with(args, After::Bias, false)
+    conv2d_with(args, After::Bias, false, Precision::F32)
 }
 
 /// `relax_runtime.conv2d_bn(x, w, gamma, beta, mean, variance, epsilon, ...)`: as
 /// `conv2d`, then inference batch norm per filter.
 pub(crate) fn conv2d_bn(args: &Arguments<'_>) -> Result<(), String> {
-    conv2d_with(args, After::BatchNorm, false)
+    conv2d_with(args, After::BatchNorm, false, Precision::F32)
 }
 
 /// `relax_runtime.conv2d_add(x, w, ..., epilogue, residual, out)`: as `conv2d`, with
 /// `residual` (of the output's shape) added before the activation.
 pub(crate) fn conv2d_add(args: &Arguments<'_>) -> Result<(), String> {
-    conv2d_with(args, After::Nothing, true)
+    conv2d_with(args, After::Nothing, true, Precision::F32)
 }
 
 /// `relax_runtime.conv2d_bias_add(x, w, bias, ..., epilogue, residual, out)`.
 pub(crate) fn conv2d_bias_add(args: &Arguments<'_>) -> Result<(), String> {
-    conv2d_with(args, After::Bias, true)
+    conv2d_with(args, After::Bias, true, Precision::F32)
 }
 
 /// `relax_runtime.conv2d_bn_add(x, w, gamma, beta, mean, variance, epsilon, ...,
 /// epilogue, residual, out)`.
 pub(crate) fn conv2d_bn_add(args: &Arguments<'_>) -> Result<(), String> {
-    conv2d_with(args, After::BatchNorm, true)
+    conv2d_with(args, After::BatchNorm, true, Precision::F32)
+}
+
+/// `relax_runtime.conv2d_bf16` (and `_bias`, `_bn`, `_add`, `_bias_add`, `_bn_add`): as the
+/// float32 kernel of the same suffix, on blocked tensors, with the kernel in filter panels
+/// of bf16 pairs: `x` rounded to bf16, the sums in float32 (see `blocked::bf16`).
+pub(crate) fn conv2d_bf16(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::Nothing, false, Precision::Bf16)
+}
+
+/// `relax_runtime.conv2d_bf16_bias`: see [`conv2d_bf16`].
+pub(crate) fn conv2d_bf16_bias(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::Bias, false, Precision::Bf16)
+}
+
+/// `relax_runtime.conv2d_bf16_bn`: see [`conv2d_bf16`].
+pub(crate) fn conv2d_bf16_bn(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::BatchNorm, false, Precision::Bf16)
+}
+
+/// `relax_runtime.conv2d_bf16_add`: see [`conv2d_bf16`].
+pub(crate) fn conv2d_bf16_add(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::Nothing, true, Precision::Bf16)
+}
+
+/// `relax_runtime.conv2d_bf16_bias_add`: see [`conv2d_bf16`].
+pub(crate) fn conv2d_bf16_bias_add(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::Bias, true, Precision::Bf16)
+}
+
+/// `relax_runtime.conv2d_bf16_bn_add`: see [`conv2d_bf16`].
+pub(crate) fn conv2d_bf16_bn_add(args: &Arguments<'_>) -> Result<(), String> {
+    conv2d_with(args, After::BatchNorm, true, Precision::Bf16)
 }
 
 #[cfg(test)]

@@ -82,6 +82,7 @@
 //! | | or, blocked `out`, an NCHW `x` and an OIHW `w` of one group (a network's stem: see `direct`) |
 //! | | or, blocked, `w` `[16 or 36, ceil(O / 64), C, 64]`: a 3x3 kernel in blocked Winograd F(2x2, 3x3) or F(4x4, 3x3) form (stride 1, a blocked `x`; see `blocked_winograd`) |
 //! | | or, blocked, `w` `[C, 1, KH, KW]` with `groups = C = O`: a depthwise convolution (a blocked `x`; see `blocked_depthwise`) |
+//! | `relax_runtime.conv2d_bf16` (and `_bias`, `_bn`, `_add`, `_bias_add`, `_bn_add`) | as `conv2d` on blocked `x` and `out` with `w[ceil(O / 64), C / 2, KH, KW, 64]`, one group: in bf16 with float32 sums, `w` packed in filter panels of bf16 pairs at load (a model declared with `precision = "bf16"`; see `blocked::bf16`) |
 //! | `relax_runtime.conv2d_bias` | as `conv2d`, with `bias[O]` after `w` |
 //! | `relax_runtime.conv2d_bn` | as `conv2d`, with `gamma[O], beta[O], mean[O], variance[O], epsilon` after `w` |
 //! | `relax_runtime.<dense or conv2d kernel>_add` | as the kernel, with `residual` (the output's shape) before `out`, added before the activation |
@@ -142,6 +143,7 @@ pub use tensor::{Argument, Arguments};
 /// the kernels then read (see the table above).
 pub mod weights {
     pub use crate::bf16_panels::{pack as pack_bf16_panels, round as round_bf16};
+    pub use crate::blocked::bf16::pack as pack_bf16_filter_panels;
     pub use crate::blocked_winograd::transform_weights as blocked_winograd;
     pub use crate::panels::{pack as pack_panels, PANEL};
     pub use crate::winograd::{transform_weights as winograd, Tile as WinogradTile};
@@ -173,6 +175,15 @@ pub const KERNELS: &[(&str, Kernel)] = &[
     ("relax_runtime.conv2d_add", conv::conv2d_add),
     ("relax_runtime.conv2d_bias_add", conv::conv2d_bias_add),
     ("relax_runtime.conv2d_bn_add", conv::conv2d_bn_add),
+    ("relax_runtime.conv2d_bf16", conv::conv2d_bf16),
+    ("relax_runtime.conv2d_bf16_bias", conv::conv2d_bf16_bias),
+    ("relax_runtime.conv2d_bf16_bn", conv::conv2d_bf16_bn),
+    ("relax_runtime.conv2d_bf16_add", conv::conv2d_bf16_add),
+    (
+        "relax_runtime.conv2d_bf16_bias_add",
+        conv::conv2d_bf16_bias_add,
+    ),
+    ("relax_runtime.conv2d_bf16_bn_add", conv::conv2d_bf16_bn_add),
     (
         "relax_runtime.conv2d_transpose",
         conv_transpose::conv2d_transpose,

@@ -84,6 +84,10 @@ pub enum WeightLayout {
     /// A float32 convolution kernel packed in filter panels, `[ceil(out / 64), in, kh,
     /// kw, 64]`: stored as `[out, in, kh, kw]` (`columns` filters).
     FilterPanels,
+    /// A float32 convolution kernel rounded to bf16 and packed for the bf16 blocked
+    /// convolutions, `[ceil(out / 64), ceil(in / 2), kh, kw, 64]` words of bf16 pairs:
+    /// stored as `[out, in, kh, kw]` (`columns` filters, `depth` in).
+    Bf16FilterPanels,
     /// A float32 3x3 convolution kernel in Winograd F(2x2, 3x3) form for channel-blocked
     /// tensors, `[16, ceil(out / 64), in, 64]`: stored as `[out, in, 3, 3]` (`columns`
     /// filters).
@@ -154,6 +158,20 @@ impl WeightLayout {
                 kernel_h.clone(),
                 kernel_w.clone(),
             ]),
+            (
+                WeightLayout::Bf16FilterPanels,
+                [Dim::Static(panels), Dim::Static(pairs), kernel_h, kernel_w, Dim::Static(64)],
+                Some(columns),
+            ) if holds(*panels, columns)
+                && depth.is_some_and(|depth| depth > 0 && *pairs == (depth + 1) / 2) =>
+            {
+                Some(vec![
+                    Dim::Static(columns),
+                    Dim::Static(depth?),
+                    kernel_h.clone(),
+                    kernel_w.clone(),
+                ])
+            }
             (
                 WeightLayout::BlockedWinograd,
                 [Dim::Static(16), Dim::Static(panels), channels, Dim::Static(64)],

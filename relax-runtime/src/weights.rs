@@ -89,6 +89,7 @@ pub(crate) fn load(signature: &ModelSignature, bytes: Option<&[u8]>) -> Result<V
             WeightLayout::Bf16Panels | WeightLayout::Bf16TransposedPanels => {
                 bf16_panels(view.shape(), view.data(), expected.layout)?
             }
+            WeightLayout::Bf16FilterPanels => bf16_filter_panels(view.shape(), view.data())?,
             WeightLayout::Transposed => transposed(view.shape(), view.data())?,
         };
         // The library does not check the weights it is passed (the driver drops the VM's
@@ -194,6 +195,25 @@ fn bf16_panels(shape: &[usize], data: &[u8], layout: WeightLayout) -> Result<Ten
     Tensor::from_slice(
         &packed,
         &[columns.div_ceil(PANEL), depth.div_ceil(2), PANEL],
+    )
+}
+
+/// A float32 convolution kernel stored `[out, in, kh, kw]` rounded to bf16 and packed in
+/// the bf16 blocked convolutions' filter panels of pairs, `[ceil(out / 64), ceil(in / 2),
+/// kh, kw, 64]` (the shape was checked).
+fn bf16_filter_panels(shape: &[usize], data: &[u8]) -> Result<Tensor> {
+    let (filters, channels, kernel) = (shape[0], shape[1], (shape[2], shape[3]));
+    let packed =
+        relax_kernels::weights::pack_bf16_filter_panels(filters, channels, kernel, &floats(data));
+    Tensor::from_slice(
+        &packed,
+        &[
+            filters.div_ceil(PANEL),
+            channels.div_ceil(2),
+            kernel.0,
+            kernel.1,
+            PANEL,
+        ],
     )
 }
 
@@ -433,6 +453,44 @@ mod tests {
             assert!(
                 error.contains("which that layout cannot be"),
                 "{shape}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bf16_convolution_kernel_is_rounded_into_filter_panels_of_pairs_and_needs_its_depth() {
+        // Two filters of one channel ([2, 1, 3, 3], values 0..18): one panel of one pair,
+        // the high half of each word (channel 1) zero.
+        let values: Vec<f32> = (0..18).map(|value| value as f32 + 0.5).collect();
+        let signature = |depth: &str| {
+            signature_with_weight(&format!(
+                r#""shape": [1, 1, 3, 3, 64], "layout": "bf16_filter_panels", "columns": 2{depth}"#
+            ))
+        };
+        let weights = load(&signature(r#", "depth": 1"#), Some(&kernels_file(&values))).unwrap();
+        assert_eq!(weights[0][0].shape(), [1, 1, 3, 3, 64]);
+        let words: Vec<u32> = weights[0][0]
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .map(|value| value.to_bits())
+            .collect();
+        let bf16 = |value: f32| u32::from(relax_kernels::weights::round_bf16(value));
+        // Tap k of filter f (stored at f * 9 + k) is the low half of word k * 64 + f.
+        for k in 0..9 {
+            assert_eq!(
+                words[k * 64..k * 64 + 3],
+                [bf16(values[k]), bf16(values[9 + k]), 0]
+            );
+        }
+        // Without the depth, or with one the pairs cannot hold, the layout cannot be.
+        for depth in ["", r#", "depth": 3"#] {
+            let error = load(&signature(depth), Some(&kernels_file(&values)))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("which that layout cannot be"),
+                "{depth}: {error}"
             );
         }
     }

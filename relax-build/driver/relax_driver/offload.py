@@ -55,6 +55,13 @@ Winograd variant computes best (see `blocked_winograd_tile`) is taken as that tr
 instead, in panels of 64 filters: `[36, ceil(out / 64), in, 64]` for
 F(4x4, 3x3) (`"layout": "blocked_winograd4"`) or `[16, ceil(out / 64), in, 64]` for
 F(2x2, 3x3) (`"layout": "blocked_winograd"`), with its `"columns"`: the filters.
+
+With `precision = "bf16"`, the kernel of a blocked convolution that the direct blocked
+kernel computes (not one Winograd computes faster) is taken in filter panels of bf16
+pairs, `[ceil(out / 64), ceil(in / 2), kh, kw, 64]` (`"layout": "bf16_filter_panels"`,
+with its `"columns"` and `"depth"`: the filters and channels), and its calls go to the
+bf16 blocked kernels (`relax_runtime.conv2d_bf16`, `_bias`, `_bn`, `_add`, ...: the same
+arguments; see `bf16_filter_panel_weights`).
 """
 
 import math
@@ -993,7 +1000,7 @@ def precision_warnings(ir_module):
     """What a build asking for bf16 should hear (a model's kernel calls, counted by kind):
     nothing when every matmul and convolution went to a bf16 kernel; else how many did
     and what stays float32."""
-    counts = {"bf16": 0, "dense": 0, "conv": 0, "batch_matmul": 0}
+    counts = {"bf16": 0, "bf16_conv": 0, "dense": 0, "conv": 0, "batch_matmul": 0}
     for function in ir_module.functions.values():
         if not isinstance(function, relax.Function):
             continue
@@ -1002,6 +1009,8 @@ def precision_warnings(ir_module):
                 name = packed_name(binding.value) or ""
                 if name.startswith("relax_runtime.dense_bf16"):
                     counts["bf16"] += 1
+                elif name.startswith("relax_runtime.conv2d_bf16"):
+                    counts["bf16_conv"] += 1
                 elif name.startswith("relax_runtime.dense"):
                     counts["dense"] += 1
                 elif name.startswith("relax_runtime.conv2d"):
@@ -1012,17 +1021,17 @@ def precision_warnings(ir_module):
         f"{counts[kind]} {what}"
         for kind, what in (
             ("dense", "dense layers whose weight is computed or also used otherwise"),
-            ("conv", "convolutions"),
+            ("conv", "convolutions (depthwise, transposed, from an NCHW input, or 3x3 ones Winograd computes faster)"),
             ("batch_matmul", "products of two activations (attention's)"),
         )
         if counts[kind]
     ]
-    if not staying and counts["bf16"]:
+    if not staying and counts["bf16"] + counts["bf16_conv"]:
         return []
     return [
-        f'precision = "bf16": {counts["bf16"]} dense layers run in bf16; '
+        f'precision = "bf16": {counts["bf16"]} dense layers and {counts["bf16_conv"]} convolutions run in bf16; '
         + (", ".join(staying) if staying else "no matmul or convolution at all")
-        + " stay float32 (relax-runtime has bf16 kernels for dense layers by a weight only)"
+        + " stay float32 (relax-runtime has bf16 kernels for dense layers by a weight and for blocked convolutions)"
     ]
 
 
@@ -1392,6 +1401,103 @@ def takes_filter_panels(name, args, out_ty):
     )
 
 
+def bf16_conv_kernel(name):
+    """The bf16 blocked convolution kernel taking the same arguments as float32 `name`."""
+    return "relax_runtime.conv2d_bf16" + name.removeprefix("relax_runtime.conv2d")
+
+
+# With precision = "bf16", a blocked 3x3 layer that float32 Winograd F(4x4) computes best
+# (`blocked_winograd_tile`) stays so from this many channels and filters; the others, and
+# every F(2x2) one, run bf16's direct sums. One core, AMD Zen 5, time of F(4x4) / bf16
+# (`cargo bench -p relax-kernels --bench layers -- 3x3/1`): ResNet-50's 64 channels over
+# 56x56 0.81, 128 over 28x28 0.66; with 32 filters DBNet's 96 channels over 120x120 1.55
+# and over 30x30 1.65, DenseNet-121's 128 channels over 56x56 1.05 (over 28x28 0.87),
+# SqueezeNet's 16 onto 64 over 55x55 1.35. F(2x2) took 0.70-0.80 of float32's direct
+# time on ResNet-50 (see `BLOCKED_WINOGRAD_MIN_CHANNELS`): bf16's took 0.52.
+BF16_WINOGRAD4_MIN_CHANNELS = 64
+
+
+def bf16_keeps_winograd(name, args, out_ty):
+    """Whether the blocked convolution `name(args)` stays float32 Winograd F(4x4) in a
+    bf16 build (see `BF16_WINOGRAD4_MIN_CHANNELS`)."""
+    if blocked_winograd_tile(name, args, out_ty) != 4:
+        return False
+    (filters, channels, *_), _ = static_convolution(name, args, out_ty, out_rank=5, symbolic_plane=True)
+    return min(filters, channels) >= BF16_WINOGRAD4_MIN_CHANNELS
+
+
+def takes_bf16_filter_panels(name, args, out_ty):
+    """Whether the kernel call `name(args)` is a blocked convolution with static kernel
+    sizes that a bf16 build runs in bf16 (all but what `bf16_keeps_winograd`)."""
+    return (
+        blocked_convolution(name, args, out_ty)
+        and static_ints(dims(args[1])) is not None
+        and not bf16_keeps_winograd(name, args, out_ty)
+    )
+
+
+def bf16_filter_panel_weights(function):
+    """With `precision = "bf16"`: takes the weights used only as kernels of blocked
+    convolutions that the direct blocked kernel computes (`takes_bf16_filter_panels`) as
+    `[ceil(out / 64), ceil(in / 2), kh, kw, 64]` parameters of bf16 pairs (rounded and
+    packed at load), and sends their calls to the bf16 blocked kernels
+    (`relax_runtime.conv2d_bf16...`, the same arguments). A constant kernel is packed now.
+    One core, AMD Zen 5 (`cargo bench -p relax-kernels --bench layers -- ResNet-50`):
+    ResNet-50's 1x1 layers ran at 346-472 GFLOP/s in bf16 against 232-248 in float32, its
+    3x3 layers at 469-476 against 243-252; float32 Winograd F(4x4) outran bf16 on the 3x3
+    layers of many channels and filters over large planes (see `bf16_keeps_winograd`).
+
+    Returns the function and {parameter index: {"layout": "bf16_filter_panels", "columns":
+    out, "depth": in}}.
+    """
+    stored = {index: dims(param) for index, param in enumerate(function.params)}
+
+    def packed_dims(d):
+        filters, channels, kernel_h, kernel_w = (int(value) for value in d)
+        return [(filters + PANEL - 1) // PANEL, (channels + 1) // 2, kernel_h, kernel_w, PANEL]
+
+    function, indices = take_weights_otherwise(
+        function, 4, takes_bf16_filter_panels, packed_dims, lambda name, _args: bf16_conv_kernel(name)
+    )
+    chosen = {
+        index: {"layout": "bf16_filter_panels", "columns": int(stored[index][0]), "depth": int(stored[index][1])}
+        for index in indices
+    }
+
+    def packed_constant(binding):
+        value = binding.value
+        name = packed_name(value)
+        if name is None or not isinstance(value.args[1], relax.Tuple):
+            return None
+        args = list(value.args[1].fields)
+        if not takes_bf16_filter_panels(name, args, binding.var.ty):
+            return None
+        weight = args[1]
+        if not isinstance(weight, tvm.ir.Constant) or rank(weight) != 4 or not is_float32(weight):
+            return None
+        args[1] = relax.const(bf16_filter_panels_of(weight.value.numpy()))
+        return packed(bf16_conv_kernel(name), args, binding.var.ty)
+
+    return rewritten_function(function, packed_constant), chosen
+
+
+def bf16_filter_panels_of(weight):
+    """An OIHW float32 kernel (numpy) rounded to bf16 and packed in filter panels of pairs,
+    `[ceil(O / 64), ceil(I / 2), kh, kw, 64]` words (as float32 bit patterns), as
+    relax-runtime packs a weight at load: word (pair p, filter o) holds channels 2p (low
+    half) and 2p + 1 (high half)."""
+    import numpy as np
+
+    filters, channels, kernel_h, kernel_w = weight.shape
+    panels, pairs = (filters + PANEL - 1) // PANEL, (channels + 1) // 2
+    padded = np.zeros((panels * PANEL, pairs * 2, kernel_h, kernel_w), dtype=np.float32)
+    padded[:filters, :channels] = weight
+    halves = bf16_values(padded).astype(np.uint32)
+    words = halves[:, 0::2] | (halves[:, 1::2] << np.uint32(16))
+    split = words.reshape(panels, PANEL, pairs, kernel_h, kernel_w).transpose(0, 2, 3, 4, 1)
+    return np.ascontiguousarray(split).view(np.float32)
+
+
 def filter_panel_weights(function):
     """Takes the weights used only as kernels of convolutions that compute best with
     filter panels (`takes_filter_panels`) as `[ceil(out / 64), in, kh, kw, 64]`
@@ -1461,8 +1567,10 @@ def rewrite(ir_module, target, precision="f32"):
     function name, how it takes each weight parameter it takes otherwise than stored
     (index -> {"layout": "panels", "transposed_panels", "bf16_panels",
     "bf16_transposed_panels", "winograd", "winograd4", "filter_panels",
-    "blocked_winograd", "blocked_winograd4" or "transposed", "columns": N of packed
-    ones, "depth": K of bf16 panels}). `precision` "bf16" takes dense weights in bf16 panels (see `panel_weights`)."""
+    "blocked_winograd", "blocked_winograd4", "bf16_filter_panels" or "transposed",
+    "columns": N of packed ones, "depth": K of bf16 ones}). `precision` "bf16" takes dense
+    weights in bf16 panels (see `panel_weights`) and blocked convolutions' kernels in bf16
+    filter panels (see `bf16_filter_panel_weights`)."""
     del target  # the kernels choose their instructions at run time
     module = ir_module
     layouts = {}
@@ -1470,6 +1578,9 @@ def rewrite(ir_module, target, precision="f32"):
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):
             rewritten = rewrite_function(function, ir_module)
             rewritten, dense_panels = panel_weights(rewritten, precision)
+            bf16_filter_panels = {}
+            if precision == "bf16":
+                rewritten, bf16_filter_panels = bf16_filter_panel_weights(rewritten)
             rewritten, winograd = winograd_weights(rewritten)
             rewritten, recurrent = recurrent_weights(rewritten)
             winograd.update(recurrent)
@@ -1481,6 +1592,7 @@ def rewrite(ir_module, target, precision="f32"):
             packed.update(blocked_winograd_taken)
             chosen = {index: {"layout": layout, "columns": columns} for index, (layout, columns) in packed.items()}
             chosen.update(dense_panels)
+            chosen.update(bf16_filter_panels)
             chosen.update({index: {"layout": layout} for index, layout in winograd.items()})
             if chosen:
                 layouts[global_var.name_hint] = chosen

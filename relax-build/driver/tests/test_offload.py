@@ -10,6 +10,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
 from relax_driver import offload  # noqa: E402
@@ -527,7 +528,7 @@ class Bf16Precision(unittest.TestCase):
         self.assertNotIn("main", layouts)
         self.assertEqual(self.dense_calls(module), ["relax_runtime.dense_bias"])
         (warning,) = offload.precision_warnings(module)
-        self.assertIn('precision = "bf16": 0 dense layers run in bf16', warning)
+        self.assertIn('precision = "bf16": 0 dense layers and 0 convolutions run in bf16', warning)
         self.assertIn("1 dense layers whose weight is computed or also used otherwise", warning)
 
     def test_a_build_where_every_product_went_to_bf16_hears_nothing(self):
@@ -572,3 +573,85 @@ class Bf16Precision(unittest.TestCase):
                 self.assertAlmostEqual(bf16(high), expected_high, delta=abs(expected_high) / 128)
         self.assertEqual(int(words[0, 0, 0]) & 0xFFFF, 0x3F80, "1 + 2^-8 rounds to even: 1.0")
         self.assertTrue((words[0, :, 5:] == 0).all())
+
+
+def blocked_convolution_model(filters, channels, kernel, size, weight=None):
+    """One blocked convolution kernel call with a bias (`[1, C/16, size, size, 16]` in and
+    out, stride 1, same padding), its kernel a parameter or the constant `weight`."""
+    x = relax.Var("x", relax.TensorType([1, channels // 16, size, size, 16], "float32"))
+    b = relax.Var("b", relax.TensorType([filters], "float32"))
+    if weight is None:
+        w = relax.Var("w", relax.TensorType([filters, channels, kernel, kernel], "float32"))
+        params = [x, w, b]
+    else:
+        w = relax.const(weight)
+        params = [x, b]
+    pad = kernel // 2
+    out_ty = relax.TensorType([1, filters // 16, size, size, 16], "float32")
+    ints = [offload.int_value(value) for value in (1, 1, pad, pad, pad, pad, 1, 1, 1, 1)]
+    call = offload.packed("relax_runtime.conv2d_bias", [x, w, b, *ints], out_ty)
+    binding = relax.VarBinding(relax.Var("y", out_ty), call)
+    body = relax.SeqExpr([relax.DataflowBlock([binding])], binding.var)
+    function = relax.Function(params, body, out_ty).with_attr("num_input", 1)
+    return tvm.IRModule({"main": function})
+
+
+class Bf16Convolutions(unittest.TestCase):
+    def conv_calls(self, module):
+        return [
+            offload.packed_name(binding.value)
+            for block in module["main"].body.blocks
+            for binding in block.bindings
+            if (offload.packed_name(binding.value) or "").startswith("relax_runtime.conv2d")
+        ]
+
+    def test_a_blocked_kernel_is_taken_in_bf16_filter_panels_and_its_call_goes_to_the_bf16_kernel(self):
+        module, layouts = offload.rewrite(blocked_convolution_model(80, 32, 1, 7), None, "bf16")
+        self.assertEqual(layouts["main"], {1: {"layout": "bf16_filter_panels", "columns": 80, "depth": 32}})
+        self.assertEqual([int(d) for d in module["main"].params[1].ty.shape.values], [2, 16, 1, 1, 64])
+        self.assertEqual(self.conv_calls(module), ["relax_runtime.conv2d_bf16_bias"])
+        self.assertEqual(offload.precision_warnings(module), [])
+
+    def test_float32_keeps_filter_panels(self):
+        module, layouts = offload.rewrite(blocked_convolution_model(80, 32, 1, 7), None)
+        self.assertEqual(layouts["main"], {1: {"layout": "filter_panels", "columns": 80}})
+        self.assertEqual(self.conv_calls(module), ["relax_runtime.conv2d_bias"])
+
+    def test_a_3x3_layer_that_winograd_computes_faster_stays_float32_and_is_said(self):
+        module, layouts = offload.rewrite(blocked_convolution_model(64, 64, 3, 56), None, "bf16")
+        self.assertEqual(layouts["main"][1]["layout"], "blocked_winograd4")
+        self.assertEqual(self.conv_calls(module), ["relax_runtime.conv2d_bias"])
+        (warning,) = offload.precision_warnings(module)
+        self.assertIn("0 dense layers and 0 convolutions run in bf16", warning)
+        self.assertIn("1 convolutions (depthwise, transposed, from an NCHW input, or 3x3 ones Winograd", warning)
+
+    def test_a_3x3_layer_of_few_filters_or_over_a_small_plane_runs_bf16_instead_of_winograd(self):
+        for filters, channels, size in [(32, 96, 120), (256, 256, 14), (512, 512, 7)]:
+            module, layouts = offload.rewrite(blocked_convolution_model(filters, channels, 3, size), None, "bf16")
+            self.assertEqual(layouts["main"][1]["layout"], "bf16_filter_panels", (filters, channels, size))
+            self.assertEqual(self.conv_calls(module), ["relax_runtime.conv2d_bf16_bias"])
+            # float32 takes Winograd for the first two.
+            _, layouts = offload.rewrite(blocked_convolution_model(filters, channels, 3, size), None)
+            self.assertEqual(layouts["main"][1]["layout"] != "filter_panels", size != 7, (filters, channels, size))
+
+    def test_a_constant_kernel_is_packed_now_as_relax_runtime_packs_a_parameter(self):
+        import numpy as np
+
+        weight = np.random.default_rng(1).standard_normal((80, 32, 3, 3)).astype(np.float32)
+        weight[3, 4, 1, 2] = 1.0 + 1.0 / 256.0  # a tie: to bf16's even neighbour, 1
+        module, layouts = offload.rewrite(blocked_convolution_model(80, 32, 3, 7, weight), None, "bf16")
+        self.assertNotIn("main", layouts)
+        self.assertEqual(self.conv_calls(module), ["relax_runtime.conv2d_bf16_bias"])
+        (call,) = [binding.value for block in module["main"].body.blocks for binding in block.bindings]
+        words = call.args[1].fields[1].value.numpy().view(np.uint32)
+        self.assertEqual(words.shape, (2, 16, 3, 3, 64))
+        expected = offload.bf16_values(weight).astype(np.uint32)
+        # Word (panel, pair, ky, kx, lane): filter 64 panel + lane, channels 2 pair (low)
+        # and 2 pair + 1 (high).
+        for panel, pair, ky, kx, lane in [(0, 0, 0, 0, 0), (0, 2, 1, 2, 3), (1, 15, 2, 1, 15), (0, 7, 0, 1, 63)]:
+            filter_index = panel * 64 + lane
+            word = int(words[panel, pair, ky, kx, lane])
+            low, high = expected[filter_index, 2 * pair, ky, kx], expected[filter_index, 2 * pair + 1, ky, kx]
+            self.assertEqual(word, int(low) | (int(high) << 16), (panel, pair, ky, kx, lane))
+        self.assertEqual(int(words[0, 2, 1, 2, 3]) & 0xFFFF, 0x3F80, "1 + 2^-8 rounds to even: 1.0")
+        self.assertTrue((words[1, :, :, :, 16:] == 0).all(), "filters past 80 are zero")

@@ -352,7 +352,10 @@ fn blocked_convolutions_match_naive_loops() {
             input_blocked,
             0.0,
             |w| crate::weights::pack_panels(depth, case.filters, |k, f| w[f * depth + k]),
-            |isa| Algorithm::Blocked { input_blocked, isa },
+            |isa| Algorithm::Blocked {
+                input_blocked,
+                arithmetic: Arithmetic::F32(isa),
+            },
             &[
                 (false, false, Epilogue::None),
                 (true, true, Epilogue::Relu),

@@ -1,0 +1,212 @@
+//! bf16 blocked convolutions against naive loops over the bf16-rounded operands, and the
+//! AVX512-BF16 tile against the portable one, bit for bit.
+
+use super::super::{blocked_conv, Arithmetic};
+use super::*;
+use crate::bf16_panels::widen;
+use crate::conv_operands::{Operands, PerFilter};
+use crate::epilogue::Epilogue;
+use crate::parallel::{test_values, three_threads};
+
+/// `[N, C, H, W]` as `[N, C / 16, H, W, 16]`.
+fn to_blocked(values: &[f32], channels: usize, plane: usize) -> Vec<f32> {
+    let mut out = vec![0f32; values.len()];
+    for (index, value) in values.iter().enumerate() {
+        let (n, c, p) = (
+            index / (channels * plane),
+            index / plane % channels,
+            index % plane,
+        );
+        out[((n * channels.div_ceil(BLOCK) + c / BLOCK) * plane + p) * BLOCK + c % BLOCK] = *value;
+    }
+    out
+}
+
+/// The convolution of the bf16-rounded operands in f64, NCHW, then `* scale + shift +
+/// residual`; with each output's sum of |products| (what float32 sums may lose).
+fn reference(
+    shape: &Conv2d,
+    x: &[f32],
+    w: &[f32],
+    (scale, shift, residual): (&[f32], &[f32], Option<&[f32]>),
+) -> (Vec<f32>, Vec<f64>) {
+    let bf = |value: f32| f64::from(widen(round(value)));
+    let (oh, ow) = shape.output().unwrap();
+    let (mut out, mut magnitude) = (Vec::new(), Vec::new());
+    for n in 0..shape.batch {
+        for o in 0..shape.filters {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let (mut sum, mut size) = (0f64, 0f64);
+                    for c in 0..shape.channels {
+                        for ky in 0..shape.kernel.0 {
+                            for kx in 0..shape.kernel.1 {
+                                let y =
+                                    (oy * shape.stride.0 + ky) as isize - shape.padding.0 as isize;
+                                let xx =
+                                    (ox * shape.stride.1 + kx) as isize - shape.padding.1 as isize;
+                                if y < 0
+                                    || xx < 0
+                                    || y as usize >= shape.height
+                                    || xx as usize >= shape.width
+                                {
+                                    continue;
+                                }
+                                let input = x[((n * shape.channels + c) * shape.height
+                                    + y as usize)
+                                    * shape.width
+                                    + xx as usize];
+                                let weight = w[((o * shape.channels + c) * shape.kernel.0 + ky)
+                                    * shape.kernel.1
+                                    + kx];
+                                let product = bf(input) * bf(weight);
+                                sum += product;
+                                size += product.abs();
+                            }
+                        }
+                    }
+                    let index = out.len();
+                    let extra = residual.map_or(0.0, |residual| f64::from(residual[index]));
+                    out.push((sum * f64::from(scale[o]) + f64::from(shift[o]) + extra) as f32);
+                    magnitude.push(size * f64::from(scale[o].abs()) + 1.0);
+                }
+            }
+        }
+    }
+    (out, magnitude)
+}
+
+fn shape(
+    channels: usize,
+    size: usize,
+    filters: usize,
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+) -> Conv2d {
+    Conv2d {
+        batch: 2,
+        channels,
+        height: size,
+        width: size + 1,
+        filters,
+        kernel: (kernel, kernel),
+        stride: (stride, stride),
+        padding: (pad, pad, pad, pad),
+        dilation: (1, 1),
+        groups: 1,
+    }
+}
+
+#[test]
+fn bf16_blocked_convolutions_match_naive_loops_and_the_tiles_agree_bit_for_bit() {
+    let cases = [
+        shape(32, 12, 80, 1, 1, 0), // pointwise: a panel and a partial one (16 filters)
+        shape(288, 7, 64, 1, 1, 0), // 18 blocks of channels: two passes, a tile resumes
+        shape(48, 9, 32, 3, 1, 1),  // 3x3 same padding: a pass a block
+        shape(32, 11, 128, 3, 2, 1), // stride 2, two panels
+        shape(16, 14, 48, 1, 2, 0), // strided 1x1
+    ];
+    let isas: Vec<Bf16Isa> = [Bf16Isa::Portable, Bf16Isa::Avx512Bf16]
+        .into_iter()
+        .filter(|isa| isa.runs_here())
+        .collect();
+    for (number, case) in cases.iter().enumerate() {
+        let seed = number as u64 * 10;
+        let (oh, ow) = case.output().unwrap();
+        let (plane, pixels) = (case.height * case.width, oh * ow);
+        let x = test_values(case.batch * case.channels * plane, seed + 1, 1.0);
+        let w = test_values(
+            case.filters * case.channels * case.kernel.0 * case.kernel.1,
+            seed + 2,
+            1.0,
+        );
+        let shift = test_values(case.filters, seed + 3, 1.0);
+        let scale = test_values(case.filters, seed + 4, 1.0);
+        let residual = test_values(case.batch * case.filters * pixels, seed + 5, 1.0);
+        let panels = pack(case.filters, case.channels, case.kernel, &w);
+        let input = to_blocked(&x, case.channels, plane);
+        let blocked_residual = to_blocked(&residual, case.filters, pixels);
+        for (with_residual, epilogue) in [(false, Epilogue::None), (true, Epilogue::Relu)] {
+            let (mut expected, magnitude) = reference(
+                case,
+                &x,
+                &w,
+                (&scale, &shift, with_residual.then_some(residual.as_slice())),
+            );
+            epilogue.apply(&mut expected);
+            let expected = to_blocked(&expected, case.filters, pixels);
+            let magnitude: Vec<f32> = magnitude.iter().map(|value| *value as f32).collect();
+            let magnitude = to_blocked(&magnitude, case.filters, pixels);
+            let mut first: Option<Vec<f32>> = None;
+            for &isa in &isas {
+                let mut out = vec![f32::NAN; expected.len()];
+                // SAFETY: the buffers have the sizes `case` describes (a blocked input of
+                // whole blocks, the kernel's bf16 filter panels, blocked output and
+                // residual); `isa` runs here (filtered above).
+                unsafe {
+                    blocked_conv(
+                        case,
+                        true,
+                        Arithmetic::Bf16(isa),
+                        Operands {
+                            x: input.as_ptr(),
+                            w: panels.as_ptr(),
+                            per_filter: Some(PerFilter {
+                                scale: Some(&scale),
+                                shift: &shift,
+                            }),
+                            residual: with_residual.then_some(blocked_residual.as_ptr()),
+                            epilogue,
+                            out: Shared(out.as_mut_ptr()),
+                        },
+                        three_threads,
+                    )
+                    .unwrap()
+                };
+                for (index, ((a, e), size)) in out.iter().zip(&expected).zip(&magnitude).enumerate()
+                {
+                    assert!(
+                        (a - e).abs() <= 1e-6 * size,
+                        "{isa:?} {case:?} {epilogue:?} [{index}]: {a} vs {e}"
+                    );
+                }
+                match &first {
+                    None => first = Some(out),
+                    Some(first) => assert!(
+                        first
+                            .iter()
+                            .zip(&out)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa:?} differs from the portable tile on {case:?}"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_bf16_convolution_refuses_an_nchw_input() {
+    let case = shape(16, 4, 16, 1, 1, 0);
+    let (x, panels) = (vec![0f32; 2 * 16 * 20], pack(16, 16, (1, 1), &[0.0; 256]));
+    let mut out = vec![0f32; 2 * 16 * 20];
+    // SAFETY: sizes as `case` describes; the portable tile runs anywhere.
+    let result = unsafe {
+        blocked_conv(
+            &case,
+            false,
+            Arithmetic::Bf16(Bf16Isa::Portable),
+            Operands {
+                x: x.as_ptr(),
+                w: panels.as_ptr(),
+                per_filter: None,
+                residual: None,
+                epilogue: Epilogue::None,
+                out: Shared(out.as_mut_ptr()),
+            },
+            three_threads,
+        )
+    };
+    assert!(result.unwrap_err().contains("blocked input"));
+}
