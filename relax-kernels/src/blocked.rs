@@ -580,11 +580,12 @@ struct Tile<'a> {
     resume: bool,
     pixels: usize,
     vectors: usize,
-    /// Whether pixel `p`'s inputs are `16 p` values after the first pixel's (a 1x1 layer
-    /// of stride 1 without padding, or a tile within one row of a layer of stride 1):
-    /// the AVX-512 tile then reads them all from one address and offsets the compiler
-    /// folds into the instructions, where an address per pixel takes more registers
-    /// than there are (24 pixels of one block of filters).
+    /// Whether pixel `p`'s inputs are `p` pixels (16 p values, or 8 p words in bf16) after
+    /// the first pixel's (a 1x1 layer of stride 1 without padding, or a tile within one
+    /// row of a layer of stride 1): the AVX-512 tile then reads them all from one address
+    /// and offsets the compiler folds into the instructions, where an address per pixel
+    /// takes more registers than there are (24 pixels of one block of filters).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // Read by the AVX-512 tiles.
     contiguous: bool,
 }
 

@@ -9,7 +9,11 @@
 //! stride_h - top - bottom + dilation_h * (KH - 1) + 1 + output_padding`, the output
 //! padding (below `max(stride_h, dilation_h)`) read from `out`'s shape; likewise `OW`.
 //! The work is split over the launch's tasks by (image, group, block of filters): each
-//! unit writes its own output planes.
+//! unit writes its own output planes; and, where the kernel's rows of one input row do not
+//! reach another's output rows (a stride at least the dilated kernel's height: the 2x2,
+//! stride-2 upsampling of U-Nets and detector heads), by chunks of input rows, each unit
+//! writing its own output rows. A DBNet head's last layer (24 channels to 1 filter over
+//! 240x320) was one unit, on one thread.
 
 use std::cell::RefCell;
 
@@ -26,6 +30,9 @@ thread_local! {
 
 /// At most this many values of columns per unit (a block holds one filter at least).
 const COLUMN_VALUES: usize = 1 << 18;
+
+/// Units a call is split into at least, where its rows allow (see the module's notes).
+const MIN_UNITS: usize = 8;
 
 /// The sizes of a transposed convolution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +84,12 @@ impl ConvTranspose {
         ))
     }
 
+    /// Whether the output rows of different input rows are distinct (no tap of one input
+    /// row lands on another's output rows).
+    fn rows_apart(&self) -> bool {
+        self.dilation.0 * (self.kernel.0 - 1) < self.stride.0
+    }
+
     /// Whether the sizes are consistent: whole groups, strides and dilations of at least
     /// 1, and an output padding below the stride or dilation on each axis.
     fn fits(&self) -> bool {
@@ -114,33 +127,64 @@ pub(crate) unsafe fn conv_transpose_into(
 ) -> Result<(), String> {
     let (kh, kw) = shape.kernel;
     let (channels, filters) = (shape.channels / shape.groups, shape.filters / shape.groups);
-    let pixels = shape.height * shape.width;
+    let (height, width) = (shape.height, shape.width);
+    let pixels = height * width;
     let (out_height, out_width) = shape.output;
     let taps = kh * kw;
-    let block = (COLUMN_VALUES / (taps * pixels).max(1)).clamp(1, filters);
+    let whole_plane_block = (COLUMN_VALUES / (taps * pixels).max(1)).clamp(1, filters);
+    let filter_units = shape.batch * shape.groups * filters.div_ceil(whole_plane_block);
+    let chunks = if shape.rows_apart() {
+        MIN_UNITS.div_ceil(filter_units).min(height).max(1)
+    } else {
+        1
+    };
+    let chunk_rows = height.div_ceil(chunks);
+    let chunks = height.div_ceil(chunk_rows);
+    let block = (COLUMN_VALUES / (taps * chunk_rows * width).max(1)).clamp(1, filters);
     let blocks = filters.div_ceil(block);
-    let units = shape.batch * shape.groups * blocks;
+    let units = shape.batch * shape.groups * blocks * chunks;
     let work = shape.batch * shape.filters * taps * pixels * channels;
     let (x, w) = (Shared(x.cast_mut()), Shared(w.cast_mut()));
+    let stride_h = shape.stride.0;
+    let top = shape.padding.0;
     for_each_unit(launch, work < INLINE_WORK, units, &|unit| {
         let (image, rest) = (
-            unit / (shape.groups * blocks),
-            unit % (shape.groups * blocks),
+            unit / (shape.groups * blocks * chunks),
+            unit % (shape.groups * blocks * chunks),
         );
-        let (group, first) = (rest / blocks, (rest % blocks) * block);
+        let (group, rest) = (rest / (blocks * chunks), rest % (blocks * chunks));
+        let (first, chunk) = ((rest / chunks) * block, rest % chunks);
         let count = block.min(filters - first);
+        let rows = chunk * chunk_rows..((chunk + 1) * chunk_rows).min(height);
+        // The output rows this unit writes: those its input rows' taps reach (with
+        // `rows_apart`, from `row * stride - top` below the next chunk's first), and the
+        // first and last chunks also the rows no input row reaches at the plane's edges.
+        let out_rows = if chunks == 1 {
+            0..out_height
+        } else {
+            let edge = |row: usize| (row * stride_h).saturating_sub(top).min(out_height);
+            let start = if rows.start == 0 { 0 } else { edge(rows.start) };
+            let end = if rows.end == height {
+                out_height
+            } else {
+                edge(rows.end)
+            };
+            start..end
+        };
+        let chunk_pixels = rows.len() * width;
         reuse(&COLUMNS, |columns| {
-            let columns = prefix(columns, count * taps * pixels);
-            let x_group = x.at((image * shape.channels + group * channels) * pixels);
+            let columns = prefix(columns, count * taps * chunk_pixels);
+            let x_group =
+                x.at((image * shape.channels + group * channels) * pixels + rows.start * width);
             let w_group = w.at(group * channels * filters * taps + first * taps);
-            // SAFETY: `columns` holds count * taps rows of `pixels`; the weights' rows
+            // SAFETY: `columns` holds count * taps rows of `chunk_pixels`; the weights' rows
             // are the group's channels (each `filters * taps` long, this block's
-            // `count * taps` of them read), the input's the group's channel planes: all
-            // inside the checked tensors (this function's contract).
+            // `count * taps` of them read), the input's this chunk's rows of the group's
+            // channel planes: all inside the checked tensors (this function's contract).
             unsafe {
                 multiply(
-                    (count * taps, pixels, channels),
-                    (columns.as_mut_ptr(), 1, pixels),
+                    (count * taps, chunk_pixels, channels),
+                    (columns.as_mut_ptr(), 1, chunk_pixels),
                     (w_group, filters * taps, 1),
                     (x_group, 1, pixels),
                     1.0,
@@ -149,28 +193,40 @@ pub(crate) unsafe fn conv_transpose_into(
             for local in 0..count {
                 let filter = group * filters + first + local;
                 let plane = (image * shape.filters + filter) * out_height * out_width;
-                // SAFETY: this unit's filters' planes of this image, written by this unit
-                // alone (units differ in image, group or filter block).
-                let plane = unsafe {
-                    std::slice::from_raw_parts_mut(out.at(plane), out_height * out_width)
+                // SAFETY: this unit's output rows of its filters' planes of this image,
+                // written by this unit alone (units differ in image, group or filter
+                // block, or in chunk, whose output rows `out_rows` are disjoint).
+                let part = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        out.at(plane + out_rows.start * out_width),
+                        out_rows.len() * out_width,
+                    )
                 };
-                plane.fill(bias.map_or(0.0, |bias| bias[filter]));
-                let taps_of = &columns[local * taps * pixels..(local + 1) * taps * pixels];
-                scatter(shape, taps_of, plane);
-                epilogue.apply(plane);
+                part.fill(bias.map_or(0.0, |bias| bias[filter]));
+                let taps_of =
+                    &columns[local * taps * chunk_pixels..(local + 1) * taps * chunk_pixels];
+                scatter(shape, taps_of, rows.clone(), (part, out_rows.start));
+                epilogue.apply(part);
             }
         });
     })
 }
 
-/// Adds one filter's columns (`taps` rows of `height * width`) into its output plane.
-fn scatter(shape: &ConvTranspose, columns: &[f32], plane: &mut [f32]) {
+/// Adds one filter's columns of input rows `rows` (`taps` rows of `rows.len() * width`)
+/// into the part of its output plane from output row `first_row` on (which holds every
+/// output row these input rows reach).
+fn scatter(
+    shape: &ConvTranspose,
+    columns: &[f32],
+    rows: std::ops::Range<usize>,
+    (plane, first_row): (&mut [f32], usize),
+) {
     let (kh, kw) = shape.kernel;
     let (stride_h, stride_w) = shape.stride;
     let (dilation_h, dilation_w) = shape.dilation;
     let (top, left, _, _) = shape.padding;
     let (out_height, out_width) = shape.output;
-    let (height, width) = (shape.height, shape.width);
+    let (height, width) = (rows.len(), shape.width);
     for ky in 0..kh {
         for kx in 0..kw {
             let row = &columns[(ky * kw + kx) * height * width..][..height * width];
@@ -185,13 +241,13 @@ fn scatter(shape: &ConvTranspose, columns: &[f32], plane: &mut [f32]) {
             let Some(last) = last.filter(|&last| last >= first) else {
                 continue;
             };
-            for iy in 0..height {
+            for (local, iy) in rows.clone().enumerate() {
                 let oy = (iy * stride_h + ky * dilation_h) as isize - top as isize;
                 if oy < 0 || oy >= out_height as isize {
                     continue;
                 }
-                let out_row = &mut plane[oy as usize * out_width..][..out_width];
-                let in_row = &row[iy * width..][..width];
+                let out_row = &mut plane[(oy as usize - first_row) * out_width..][..out_width];
+                let in_row = &row[local * width..][..width];
                 let start = ((first * stride_w) as isize + shift) as usize;
                 if stride_w == 1 {
                     let span = last - first + 1;

@@ -194,6 +194,33 @@ fn transposed_convolutions_match_the_definition() {
             8,
             (1, 1),
         ),
+        // a detector head's last layer: one filter, split by chunks of input rows
+        shape(
+            1,
+            24,
+            (13, 9),
+            1,
+            (2, 2),
+            (2, 2),
+            (0, 0, 0, 0),
+            (1, 1),
+            1,
+            (0, 0),
+        ),
+        // rows apart with gaps between them (stride 3, kernel 2), padding and output
+        // padding: the rows no tap reaches hold the bias
+        shape(
+            1,
+            3,
+            (10, 4),
+            2,
+            (2, 2),
+            (3, 3),
+            (1, 1, 0, 0),
+            (1, 1),
+            1,
+            (2, 1),
+        ),
         // a 1x1 input, many filters (more than one block of columns)
         shape(
             1,

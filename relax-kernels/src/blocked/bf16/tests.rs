@@ -41,10 +41,10 @@ fn reference(
                     for c in 0..shape.channels {
                         for ky in 0..shape.kernel.0 {
                             for kx in 0..shape.kernel.1 {
-                                let y =
-                                    (oy * shape.stride.0 + ky) as isize - shape.padding.0 as isize;
-                                let xx =
-                                    (ox * shape.stride.1 + kx) as isize - shape.padding.1 as isize;
+                                let y = (oy * shape.stride.0 + ky * shape.dilation.0) as isize
+                                    - shape.padding.0 as isize;
+                                let xx = (ox * shape.stride.1 + kx * shape.dilation.1) as isize
+                                    - shape.padding.1 as isize;
                                 if y < 0
                                     || xx < 0
                                     || y as usize >= shape.height
@@ -106,6 +106,14 @@ fn bf16_blocked_convolutions_match_naive_loops_and_the_tiles_agree_bit_for_bit()
         shape(48, 9, 32, 3, 1, 1),  // 3x3 same padding: a pass a block
         shape(32, 11, 128, 3, 2, 1), // stride 2, two panels
         shape(16, 14, 48, 1, 2, 0), // strided 1x1
+        Conv2d {
+            dilation: (2, 2), // dilated, padding 2
+            ..shape(32, 11, 16, 3, 1, 2)
+        },
+        Conv2d {
+            padding: (0, 0, 1, 1), // TensorFlow's "SAME" (bottom and right only)
+            ..shape(16, 10, 32, 3, 2, 0)
+        },
     ];
     let isas: Vec<Bf16Isa> = [Bf16Isa::Portable, Bf16Isa::Avx512Bf16]
         .into_iter()
