@@ -151,27 +151,38 @@ fn warn_when_untuned(resolver: &Resolver, model: &Model) {
 }
 
 /// A model with `precision = "bf16"` built for a CPU without bf16 dot products runs its
-/// dense layers on a portable tile, slower than float32: say so, once per build. The CPU
-/// looked at is this machine's when it builds for itself; an aarch64 target has no bf16
-/// tile yet.
+/// dense layers and convolutions on a portable tile, slower than float32: say so, once
+/// per build.
 fn warn_when_bf16_is_emulated(resolver: &Resolver, model: &Model) {
     if model.options.precision != metadata::Precision::Bf16 {
         return;
     }
     let target = resolver.cargo_target();
-    let why = if !target.starts_with("x86_64") {
-        format!("relax-runtime has no bf16 tile for {target} yet")
-    } else if target == resolver.host() && !host_has_avx512_bf16() {
-        "this machine's CPU has no AVX512-BF16".to_string()
-    } else {
+    let same_machine = target == resolver.host();
+    let Some(why) = bf16_emulated(&target, same_machine && !host_has_avx512_bf16()) else {
         return;
     };
     resolver.cargo().warning(&format!(
-        "relax-build: model `{}` has precision = \"bf16\", but {why}: its dense layers will run \
-         relax-runtime's portable bf16 tile there, slower than float32 (on a CPU with \
-         AVX512-BF16 the same library runs `vdpbf16ps`). Remove the key to keep float32.",
+        "relax-build: model `{}` has precision = \"bf16\", but {why}: its dense layers and \
+         convolutions will run relax-runtime's portable bf16 tile there, slower than float32 \
+         (on a CPU with AVX512-BF16 the same library runs `vdpbf16ps`). Remove the key to \
+         keep float32.",
         model.name
     ));
+}
+
+/// Why a bf16 model built for `target` would run the portable tile, if it would: a
+/// target other than x86-64 (relax-runtime has no bf16 tile for aarch64 yet), or a
+/// build for this machine (`host_without_bf16`: whose CPU lacks AVX512-BF16). A cross
+/// build for another x86-64 CPU cannot tell, and says nothing.
+fn bf16_emulated(target: &str, host_without_bf16: bool) -> Option<String> {
+    if !target.starts_with("x86_64") {
+        Some(format!("relax-runtime has no bf16 tile for {target} yet"))
+    } else if host_without_bf16 {
+        Some("this machine's CPU has no AVX512-BF16".to_string())
+    } else {
+        None
+    }
 }
 
 fn host_has_avx512_bf16() -> bool {
@@ -308,6 +319,18 @@ fn compact_json(path: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bf16_build_says_when_it_will_run_the_portable_tile() {
+        let aarch64 = bf16_emulated("aarch64-unknown-linux-gnu", false).unwrap();
+        assert!(
+            aarch64.contains("no bf16 tile for aarch64-unknown-linux-gnu"),
+            "{aarch64}"
+        );
+        let host = bf16_emulated("x86_64-unknown-linux-gnu", true).unwrap();
+        assert!(host.contains("no AVX512-BF16"), "{host}");
+        assert_eq!(bf16_emulated("x86_64-unknown-linux-gnu", false), None);
+    }
 
     #[test]
     fn the_runtime_hint_is_relative_to_the_profile_folder() {

@@ -486,11 +486,13 @@ pub enum Precision {
     /// float32 throughout.
     #[default]
     F32,
-    /// Dense layers (matmuls by a weight, offloaded to relax-runtime's kernels) multiply
-    /// bf16-rounded operands with float32 sums: AVX512-BF16's `vdpbf16ps` where the CPU
-    /// has it, a portable tile giving the same results elsewhere. Weights are rounded
-    /// once, when relax-runtime loads them; everything else (convolutions, attention's
-    /// products, normalizations, softmax, reductions) stays float32.
+    /// Dense layers (matmuls by a weight, offloaded to relax-runtime's kernels) and
+    /// convolutions on channel-blocked tensors multiply bf16-rounded operands with float32
+    /// sums: AVX512-BF16's `vdpbf16ps` where the CPU has it, a portable tile giving the
+    /// same results elsewhere. Weights are rounded once, when relax-runtime loads them;
+    /// everything else (depthwise and transposed convolutions, 3x3 layers float32
+    /// Winograd computes faster, attention's products, normalizations, softmax,
+    /// reductions) stays float32.
     Bf16,
 }
 
