@@ -159,7 +159,7 @@ fn warn_when_bf16_is_emulated(resolver: &Resolver, model: &Model) {
     }
     let target = resolver.cargo_target();
     let same_machine = target == resolver.host();
-    let Some(why) = bf16_emulated(&target, same_machine && !host_has_avx512_bf16()) else {
+    let Some(why) = bf16_emulated(target, same_machine && !host_has_avx512_bf16()) else {
         return;
     };
     resolver.cargo().warning(&format!(

@@ -833,15 +833,49 @@ mod avx512 {
 
     use super::{Finish, Tile, BLOCK, PANEL};
 
+    /// The AVX-512 tiles of one arithmetic: `sums::<P, V>` computes and stores a tile of
+    /// `P` pixels x `V` blocks of 16 filters.
+    pub(super) trait Sums {
+        /// # Safety
+        /// The CPU runs the arithmetic's instructions; as `blocked_conv`, for this tile
+        /// (of `P` pixels and `V` vectors).
+        unsafe fn sums<const P: usize, const V: usize>(
+            tile: &Tile<'_>,
+            finish: Option<&Finish<'_>>,
+        );
+    }
+
+    /// The float32 tiles.
+    struct F32;
+
+    impl Sums for F32 {
+        unsafe fn sums<const P: usize, const V: usize>(
+            tile: &Tile<'_>,
+            finish: Option<&Finish<'_>>,
+        ) {
+            // SAFETY: the caller's contract.
+            unsafe { sums::<P, V>(tile, finish) }
+        }
+    }
+
     /// Computes `tile` (with `finish` on its last pass) and stores it.
     ///
     /// # Safety
     /// The CPU has AVX-512F; as `blocked_conv`, for this tile.
     pub(super) unsafe fn tile(tile: &Tile<'_>, finish: Option<&Finish<'_>>) {
+        // SAFETY: the caller's contract.
+        unsafe { by_shape::<F32>(tile, finish) }
+    }
+
+    /// `S::sums` monomorphized for the tile's pixels and vectors.
+    ///
+    /// # Safety
+    /// As `S::sums`.
+    pub(super) unsafe fn by_shape<S: Sums>(tile: &Tile<'_>, finish: Option<&Finish<'_>>) {
         macro_rules! pixels {
             ($vectors:literal; $($pixels:literal)*) => {
                 match tile.pixels {
-                    $($pixels => sums::<$pixels, $vectors>(tile, finish),)*
+                    $($pixels => S::sums::<$pixels, $vectors>(tile, finish),)*
                     _ => unreachable!("a tile of {} vectors has up to {} pixels", $vectors, 24 / $vectors),
                 }
             };
@@ -857,6 +891,28 @@ mod avx512 {
         }
     }
 
+    /// The sums where the tile's earlier passes left them in its output (or zero).
+    ///
+    /// # Safety
+    /// As `blocked_conv`, for this tile (of `P` pixels and `V` vectors).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(super) unsafe fn start<const P: usize, const V: usize>(
+        tile: &Tile<'_>,
+    ) -> [[__m512; V]; P] {
+        if !tile.resume {
+            return [[_mm512_setzero_ps(); V]; P];
+        }
+        std::array::from_fn(|pixel| {
+            std::array::from_fn(|vector| {
+                // SAFETY: inside the tile's output (the caller's contract).
+                unsafe {
+                    _mm512_loadu_ps(tile.out.at(vector * tile.block_out_stride + pixel * BLOCK))
+                }
+            })
+        })
+    }
+
     /// `P` pixels x `V` blocks of 16 filters: the sums from where the tile's earlier passes
     /// left them (or zero), then `finish` and the stores, in one function so that the
     /// accumulators stay in registers from the first load to the last store.
@@ -865,15 +921,7 @@ mod avx512 {
     unsafe fn sums<const P: usize, const V: usize>(tile: &Tile<'_>, finish: Option<&Finish<'_>>) {
         // SAFETY: the caller's contract.
         unsafe {
-            let start = if tile.resume {
-                std::array::from_fn(|pixel| {
-                    std::array::from_fn(|vector| {
-                        _mm512_loadu_ps(tile.out.at(vector * tile.block_out_stride + pixel * BLOCK))
-                    })
-                })
-            } else {
-                [[_mm512_setzero_ps(); V]; P]
-            };
+            let start = start::<P, V>(tile);
             let sums = if tile.contiguous {
                 accumulate::<P, V, true>(tile, start)
             } else {

@@ -129,6 +129,16 @@ def packed_name(expr):
     return None
 
 
+def kernel_call(binding):
+    """The kernel name and arguments (a list) of a binding calling a relax-runtime kernel
+    with a tuple of arguments, or (None, None)."""
+    value = binding.value
+    name = packed_name(value)
+    if name is None or not isinstance(value.args[1], relax.Tuple):
+        return None, None
+    return name, list(value.args[1].fields)
+
+
 def packed(name, args, out_type):
     return relax.call_dps_packed(relax.ExternFunc(name), args, out_ty=out_type)
 
@@ -1040,11 +1050,9 @@ def bf16_constant_weights(function):
     `[K, N]`) take it packed in bf16 panels of pairs now and call the bf16 kernels."""
 
     def packed_constant(binding):
-        value = binding.value
-        name = packed_name(value)
-        if name is None or name.removesuffix(RESIDUAL) not in DENSE or not isinstance(value.args[1], relax.Tuple):
+        name, args = kernel_call(binding)
+        if name is None or name.removesuffix(RESIDUAL) not in DENSE:
             return None
-        args = list(value.args[1].fields)
         weight = args[1]
         if not isinstance(weight, tvm.ir.Constant) or rank(weight) != 2 or not is_float32(weight):
             return None
@@ -1278,12 +1286,8 @@ def blocked_kernels_packed(function, transformed=()):
     `transformed` parameters, in blocked Winograd form, also of rank 4)."""
 
     def packed_kernel(binding):
-        value = binding.value
-        name = packed_name(value)
-        if name is None or not isinstance(value.args[1], relax.Tuple):
-            return None
-        args = list(value.args[1].fields)
-        if not blocked_convolution(name, args, binding.var.ty) or rank(args[1]) != 4 or args[1] in transformed:
+        name, args = kernel_call(binding)
+        if name is None or not blocked_convolution(name, args, binding.var.ty) or rank(args[1]) != 4 or args[1] in transformed:
             return None
         args[1] = filter_panels_expr(args[1])
         return packed(name, args, binding.var.ty)
@@ -1465,12 +1469,8 @@ def bf16_filter_panel_weights(function):
     }
 
     def packed_constant(binding):
-        value = binding.value
-        name = packed_name(value)
-        if name is None or not isinstance(value.args[1], relax.Tuple):
-            return None
-        args = list(value.args[1].fields)
-        if not takes_bf16_filter_panels(name, args, binding.var.ty):
+        name, args = kernel_call(binding)
+        if name is None or not takes_bf16_filter_panels(name, args, binding.var.ty):
             return None
         weight = args[1]
         if not isinstance(weight, tvm.ir.Constant) or rank(weight) != 4 or not is_float32(weight):

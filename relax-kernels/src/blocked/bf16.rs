@@ -149,29 +149,27 @@ unsafe fn portable_tile(tile: &Tile<'_>, finish: Option<&Finish<'_>>) {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::super::avx512::store;
+    use super::super::avx512::{by_shape, start, store, Sums};
     use super::{pairs_of, Finish, Tile, BLOCK, PAIRS, PANEL};
+
+    /// The bf16 tiles.
+    struct Bf16;
+
+    impl Sums for Bf16 {
+        unsafe fn sums<const P: usize, const V: usize>(
+            tile: &Tile<'_>,
+            finish: Option<&Finish<'_>>,
+        ) {
+            // SAFETY: the caller's contract (the CPU has AVX512-BF16).
+            unsafe { sums::<P, V>(tile, finish) }
+        }
+    }
 
     /// # Safety
     /// The CPU has AVX-512F and AVX512-BF16; as the float32 tiles, for this tile.
     pub(super) unsafe fn tile(tile: &Tile<'_>, finish: Option<&Finish<'_>>) {
-        macro_rules! pixels {
-            ($vectors:literal; $($pixels:literal)*) => {
-                match tile.pixels {
-                    $($pixels => sums::<$pixels, $vectors>(tile, finish),)*
-                    _ => unreachable!("a tile of {} vectors has up to {} pixels", $vectors, 24 / $vectors),
-                }
-            };
-        }
         // SAFETY: the caller's contract.
-        unsafe {
-            match tile.vectors {
-                4 => pixels!(4; 1 2 3 4 5 6),
-                3 => pixels!(3; 1 2 3 4 5 6 7 8),
-                2 => pixels!(2; 1 2 3 4 5 6 7 8 9 10 11 12),
-                _ => pixels!(1; 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24),
-            }
-        }
+        unsafe { by_shape::<Bf16>(tile, finish) }
     }
 
     /// `P` pixels x `V` blocks of 16 filters, from the sums earlier passes left (or zero)
@@ -181,15 +179,7 @@ mod avx512 {
     unsafe fn sums<const P: usize, const V: usize>(tile: &Tile<'_>, finish: Option<&Finish<'_>>) {
         // SAFETY: the caller's contract.
         unsafe {
-            let start = if tile.resume {
-                std::array::from_fn(|pixel| {
-                    std::array::from_fn(|vector| {
-                        _mm512_loadu_ps(tile.out.at(vector * tile.block_out_stride + pixel * BLOCK))
-                    })
-                })
-            } else {
-                [[_mm512_setzero_ps(); V]; P]
-            };
+            let start = start::<P, V>(tile);
             let sums = if tile.contiguous {
                 accumulate::<P, V, true>(tile, start)
             } else {
