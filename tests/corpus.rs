@@ -7,7 +7,9 @@
 //!
 //! The README's test command runs the models marked `ci`; `RELAX_CORPUS=all` runs
 //! every model (`RELAX_CORPUS=a,b` the named ones). The table it prints, also written
-//! to `target/corpus/table.md`, is docs/onnx.md's.
+//! to `target/corpus/table.md`, is docs/onnx.md's. `RELAX_CORPUS_PRECISION=bf16` builds
+//! every chosen model with `precision = "bf16"` and compares it within
+//! [`BF16_TOLERANCE`] instead of the model's own bound.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,11 @@ use relax_cargo_tests::{
     assert_success, conformance, python_with_torch, test_python, workspace_root,
 };
 use toml::Value;
+
+/// The bound of a bf16 build (`RELAX_CORPUS_PRECISION=bf16`), as relax-conformance's
+/// `tolerance`: |actual - expected| <= T x (1 + |expected|). Its products round their
+/// operands to 8 significant bits.
+const BF16_TOLERANCE: &str = "5e-2";
 
 /// One model of corpus.toml.
 struct Entry {
@@ -204,6 +211,20 @@ fn real_exports_build_from_their_source_and_match_onnxruntime() {
         .output()
         .unwrap();
     assert_success(&written, "corpus.py");
+    match std::env::var("RELAX_CORPUS_PRECISION").as_deref() {
+        Err(_) | Ok("f32") => {}
+        Ok("bf16") => {
+            for name in &names {
+                let case = dir.join(name);
+                let declaration = case.join("declaration.toml");
+                let mut lines = std::fs::read_to_string(&declaration).unwrap_or_default();
+                lines.push_str("precision = \"bf16\"\n");
+                std::fs::write(&declaration, lines).unwrap();
+                std::fs::write(case.join("tolerance"), format!("{BF16_TOLERANCE}\n")).unwrap();
+            }
+        }
+        Ok(other) => panic!("RELAX_CORPUS_PRECISION={other}: expected f32 or bf16"),
+    }
 
     let output = conformance(&["--time", dir.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
