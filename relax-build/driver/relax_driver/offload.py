@@ -1011,22 +1011,26 @@ def precision_warnings(ir_module):
     nothing when every matmul and convolution went to a bf16 kernel; else how many did
     and what stays float32."""
     counts = {"bf16": 0, "bf16_conv": 0, "dense": 0, "conv": 0, "batch_matmul": 0}
+
+    def count(expr):
+        name = packed_name(expr) if isinstance(expr, relax.Call) else None
+        if name is None:
+            return
+        if name.startswith("relax_runtime.dense_bf16"):
+            counts["bf16"] += 1
+        elif name.startswith("relax_runtime.conv2d_bf16"):
+            counts["bf16_conv"] += 1
+        elif name.startswith("relax_runtime.dense"):
+            counts["dense"] += 1
+        elif name.startswith("relax_runtime.conv2d"):
+            counts["conv"] += 1
+        elif name == "relax_runtime.batch_matmul":
+            counts["batch_matmul"] += 1
+
     for function in ir_module.functions.values():
-        if not isinstance(function, relax.Function):
-            continue
-        for block in getattr(function.body, "blocks", []):
-            for binding in block.bindings:
-                name = packed_name(binding.value) or ""
-                if name.startswith("relax_runtime.dense_bf16"):
-                    counts["bf16"] += 1
-                elif name.startswith("relax_runtime.conv2d_bf16"):
-                    counts["bf16_conv"] += 1
-                elif name.startswith("relax_runtime.dense"):
-                    counts["dense"] += 1
-                elif name.startswith("relax_runtime.conv2d"):
-                    counts["conv"] += 1
-                elif name == "relax_runtime.batch_matmul":
-                    counts["batch_matmul"] += 1
+        # Every call, those in an If's branches too.
+        if isinstance(function, relax.Function):
+            relax.analysis.post_order_visit(function.body, count)
     staying = [
         f"{counts[kind]} {what}"
         for kind, what in (

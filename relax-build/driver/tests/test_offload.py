@@ -634,6 +634,21 @@ class Bf16Convolutions(unittest.TestCase):
             _, layouts = offload.rewrite(blocked_convolution_model(filters, channels, 3, size), None)
             self.assertEqual(layouts["main"][1]["layout"] != "filter_panels", size != 7, (filters, channels, size))
 
+    def test_the_report_counts_the_calls_in_an_if_s_branches(self):
+        # The float32 Winograd call of a bf16 build, moved into an If's branch.
+        module, _ = offload.rewrite(blocked_convolution_model(64, 64, 3, 56), None, "bf16")
+        main = module["main"]
+        (binding,) = [binding for block in main.body.blocks for binding in block.bindings]
+        condition = relax.Var("c", relax.TensorType([], "bool"))
+        taken = relax.SeqExpr([relax.BindingBlock([binding])], binding.var)
+        other = relax.SeqExpr([], relax.op.zeros(binding.var.ty.shape, "float32"))
+        y = relax.Var("y", binding.var.ty)
+        body = relax.SeqExpr([relax.BindingBlock([relax.VarBinding(y, relax.If(condition, taken, other))])], y)
+        function = relax.Function([main.params[0], condition, *main.params[1:]], body, binding.var.ty)
+        (warning,) = offload.precision_warnings(tvm.IRModule({"main": function}))
+        self.assertIn("0 dense layers and 0 convolutions run in bf16", warning)
+        self.assertIn("1 convolutions (depthwise", warning)
+
     def test_a_constant_kernel_is_packed_now_as_relax_runtime_packs_a_parameter(self):
         import numpy as np
 
