@@ -210,6 +210,10 @@ fn main() -> Result<(), Failure> {
     println!("BLAS: {}", peers.blas);
     println!("OpenVINO: {}", peers.openvino);
     println!("CPU: {}", cpu_description());
+    println!(
+        "our bf16 kernels: {} (RELAX_KERNELS_NO_AMX=1 keeps them off AMX)",
+        relax_kernels::bf16_instructions()
+    );
     println!();
     println!(
         "{:<15} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}",

@@ -621,16 +621,25 @@ fn peak() -> (f64, &'static str) {
     (portable_peak(), "scalar mul_add (portable estimate)")
 }
 
-/// One core's peak of bf16 multiply-adds (AVX512-BF16's `vdpbf16ps`, two per float32
-/// lane), in GFLOP/s, where the CPU has it.
-fn bf16_peak() -> Option<f64> {
+/// One core's peak of bf16 multiply-adds with the instructions the bf16 kernels run
+/// (AMX-BF16's `tdpbf16ps`, or AVX512-BF16's `vdpbf16ps`), in GFLOP/s and how, where the
+/// CPU has either.
+fn bf16_peak() -> Option<(f64, &'static str)> {
     #[cfg(target_arch = "x86_64")]
     {
+        if relax_kernels::bf16_instructions() == "AMX-BF16" {
+            // SAFETY: AMX-BF16 runs here and the process may use it (the library said so,
+            // having asked Linux for the tiles' state).
+            return Some((
+                unsafe { x86::peak_amx_bf16() },
+                "AMX-BF16 tdpbf16ps, 16 rows of 8 pairs, 4 tiles of sums, no loads",
+            ));
+        }
         if std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bf16")
         {
             // SAFETY: the CPU has AVX-512F and AVX512-BF16 (checked above).
-            return Some(unsafe { x86::peak_avx512_bf16() });
+            return Some((unsafe { x86::peak_avx512_bf16() }, "AVX512-BF16 vdpbf16ps"));
         }
     }
     None
@@ -701,6 +710,48 @@ mod x86 {
         std::hint::black_box(acc);
         // Two multiply-adds per float32 lane.
         super::rate(32, BF16_CHAINS, ITERATIONS / 2, seconds)
+    }
+
+    /// `tdpbf16ps` into 4 independent tiles of 16 x 16 sums from 16 rows of 8 pairs (the
+    /// form the convolution tiles use: a block of 16 channels), its operands loaded once.
+    ///
+    /// # Safety
+    /// AMX-BF16 runs here and the process may use the tiles.
+    pub(super) unsafe fn peak_amx_bf16() -> f64 {
+        // Palette 1; registers 0-3 16 rows x 64 bytes, 4 16 x 32 bytes, 5 8 x 64 bytes.
+        let mut config = [0u8; 64];
+        config[0] = 1;
+        for (tile, rows, bytes) in [
+            (0, 16, 64),
+            (1, 16, 64),
+            (2, 16, 64),
+            (3, 16, 64),
+            (4, 16, 32),
+            (5, 8, 64),
+        ] {
+            config[16 + 2 * tile] = bytes;
+            config[48 + tile] = rows;
+        }
+        const STEPS: usize = 2_000_000;
+        let start = Instant::now();
+        // SAFETY: AMX runs here (the contract); a valid configuration; the tile registers
+        // are no Rust value's, and are released at the end.
+        unsafe {
+            std::arch::asm!("ldtilecfg [{}]", "tilezero tmm4", "tilezero tmm5", in(reg) config.as_ptr());
+            for _ in 0..STEPS {
+                std::arch::asm!(
+                    "tdpbf16ps tmm0, tmm4, tmm5",
+                    "tdpbf16ps tmm1, tmm4, tmm5",
+                    "tdpbf16ps tmm2, tmm4, tmm5",
+                    "tdpbf16ps tmm3, tmm4, tmm5",
+                    options(nostack, nomem)
+                );
+            }
+            std::arch::asm!("tilerelease", options(nostack, nomem));
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        // 16 x 16 sums of 8 pairs (16 products), per tile.
+        super::rate(16 * 16 * 16, 4, STEPS, seconds)
     }
 
     /// # Safety
@@ -790,11 +841,11 @@ fn main() {
     };
     let (peak, how) = peak();
     println!("core peak: {peak:.1} GFLOP/s ({how}, one core)");
-    let bf16_peak = bf16_peak();
-    match bf16_peak {
-        Some(bf16) => println!(
-            "bf16 peak: {bf16:.1} GFLOP/s (AVX512-BF16 vdpbf16ps, one core; the bf16 rows' %)"
-        ),
+    let (bf16_peak, bf16_how) = bf16_peak().unzip();
+    match bf16_peak.zip(bf16_how) {
+        Some((bf16, how)) => {
+            println!("bf16 peak: {bf16:.1} GFLOP/s ({how}, one core; the bf16 rows' %)")
+        }
         None => println!("bf16 peak: - (no AVX512-BF16: the bf16 rows run the portable tile)"),
     }
     println!("kernels run on one core (the `inline` launch); GFLOP/s counts direct multiply-adds");

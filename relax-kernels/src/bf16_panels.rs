@@ -79,12 +79,17 @@ pub(crate) enum Bf16Isa {
     Portable,
     /// AVX-512F with AVX512-BF16's `vdpbf16ps`.
     Avx512Bf16,
+    /// AVX512-BF16, and AMX-BF16's tiles for the blocked convolutions (see
+    /// [`crate::amx`]).
+    Amx,
 }
 
 impl Bf16Isa {
     /// The best this CPU runs.
     pub(crate) fn best() -> Bf16Isa {
-        if Bf16Isa::Avx512Bf16.runs_here() {
+        if Bf16Isa::Amx.runs_here() {
+            Bf16Isa::Amx
+        } else if Bf16Isa::Avx512Bf16.runs_here() {
             Bf16Isa::Avx512Bf16
         } else {
             Bf16Isa::Portable
@@ -99,6 +104,7 @@ impl Bf16Isa {
                 std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("avx512bf16")
             }
+            Bf16Isa::Amx => Bf16Isa::Avx512Bf16.runs_here() && crate::amx::bf16_usable(),
             #[cfg(not(target_arch = "x86_64"))]
             Bf16Isa::Avx512Bf16 => false,
         }
@@ -246,7 +252,7 @@ pub(crate) unsafe fn dense_into(
         match isa {
             // SAFETY: `isa` runs here (the contract); the slices' sizes were asserted.
             #[cfg(target_arch = "x86_64")]
-            Bf16Isa::Avx512Bf16 => unsafe { avx512::round_rows(x, k, words) },
+            Bf16Isa::Avx512Bf16 | Bf16Isa::Amx => unsafe { avx512::round_rows(x, k, words) },
             _ => round_rows(x, k, words),
         }
         let words: &[u32] = words;
@@ -269,7 +275,9 @@ pub(crate) unsafe fn dense_into(
                 unsafe {
                     match isa {
                         #[cfg(target_arch = "x86_64")]
-                        Bf16Isa::Avx512Bf16 => avx512::block(&block),
+                        Bf16Isa::Amx if pairs > 0 => amx::block(&block),
+                        #[cfg(target_arch = "x86_64")]
+                        Bf16Isa::Avx512Bf16 | Bf16Isa::Amx => avx512::block(&block),
                         _ => portable_block(&block),
                     }
                 }
@@ -299,7 +307,7 @@ pub(crate) unsafe fn round_into(values: &[f32], words: &mut [u32], isa: Bf16Isa)
     match isa {
         // SAFETY: `isa` runs here (the contract); one row of `k` values into its words.
         #[cfg(target_arch = "x86_64")]
-        Bf16Isa::Avx512Bf16 => unsafe { avx512::round_rows(values, k, words) },
+        Bf16Isa::Avx512Bf16 | Bf16Isa::Amx => unsafe { avx512::round_rows(values, k, words) },
         _ => round_rows(values, k, words),
     }
 }
@@ -385,6 +393,9 @@ super::simd::multiversion! {
         }
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+mod amx;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {

@@ -60,9 +60,12 @@ impl Arithmetic {
 
 /// Output pixels per tile of `vectors` blocks of 16 filters: 24 accumulators, the weight
 /// vectors and a broadcast fit AVX-512's 32 registers (a panel of 64 filters: 6 pixels; of
-/// 32, DenseNet's 3x3 layers: 12).
-fn pixels_per_tile(vectors: usize) -> usize {
-    MAX_PIXELS_PER_TILE / vectors.max(1)
+/// 32, DenseNet's 3x3 layers: 12). AMX's tiles sum 16 pixels, a tile register's rows.
+fn pixels_per_tile(vectors: usize, arithmetic: Arithmetic) -> usize {
+    match arithmetic {
+        Arithmetic::Bf16(Bf16Isa::Amx) => bf16::AMX_PIXELS,
+        _ => MAX_PIXELS_PER_TILE / vectors.max(1),
+    }
 }
 
 /// Pixels of a tile of one block of filters.
@@ -107,11 +110,23 @@ fn segment_pixels(pixels: usize, panels: usize) -> usize {
 /// over 7x7 planes went from 70 to 75-76 GFLOP/s, its 1x1 layers ran 1.00-1.09x as fast.
 const PASS_WEIGHTS: usize = 32 * 1024;
 
+/// The most weights (bytes) of a pass on AMX's tiles: 8 times [`PASS_WEIGHTS`], from the
+/// level-2 cache. Against 1, 4 and 16 times, one core, Intel Xeon with AMX
+/// (`cargo bench -p relax-kernels --bench layers -- ResNet-50`): ResNet-50's 3x3 layers
+/// ran at 666-752 GFLOP/s over 28x28 and 56x56 planes against 556-601 with 1 and
+/// 621-640 with 4, and its 1x1 layer of 1024 channels at 512 against 405 with 1 (16
+/// times was no better).
+const AMX_PASS_WEIGHTS: usize = 8 * PASS_WEIGHTS;
+
 /// Blocks of channels a pass sums, for a kernel of `kernel_size` taps (see
 /// [`PASS_WEIGHTS`]).
-fn blocks_per_pass(kernel_size: usize, lanes: usize) -> usize {
-    let block_weights = kernel_size * lanes * PANEL * std::mem::size_of::<f32>();
-    (PASS_WEIGHTS / block_weights.max(1)).max(1)
+fn blocks_per_pass(kernel_size: usize, arithmetic: Arithmetic) -> usize {
+    let pass_weights = match arithmetic {
+        Arithmetic::Bf16(Bf16Isa::Amx) => AMX_PASS_WEIGHTS,
+        _ => PASS_WEIGHTS,
+    };
+    let block_weights = kernel_size * arithmetic.lanes() * PANEL * std::mem::size_of::<f32>();
+    (pass_weights / block_weights.max(1)).max(1)
 }
 
 thread_local! {
@@ -396,7 +411,9 @@ impl ImageTiles<'_> {
         let first_filter = panel * PANEL;
         let lanes = self.arithmetic.lanes();
         // Tiles of near-equal sizes (49 pixels: 4 of 6 and 5 of 5, not 8 of 6 and 1 of 1).
-        let tiles = pixels.len().div_ceil(pixels_per_tile(vectors));
+        let tiles = pixels
+            .len()
+            .div_ceil(pixels_per_tile(vectors, self.arithmetic));
         debug_assert!(tiles <= MAX_TILES);
         // Each tile's output pixels' first inputs (tap (0, 0)) in a block of the source,
         // the same for every pass: worked out per pass (two divisions a pixel) and copied
@@ -446,7 +463,7 @@ impl ImageTiles<'_> {
                 || (1..spans[tile_index].len())
                     .all(|pixel| inputs[pixel] == inputs[0] + pixel * lanes)
         });
-        let group = blocks_per_pass(kernel_size, lanes);
+        let group = blocks_per_pass(kernel_size, self.arithmetic);
         let panel_weights = panel * self.strides.panel;
         for first_block in (0..blocks).step_by(group) {
             let count = group.min(blocks - first_block);
@@ -1007,42 +1024,76 @@ mod avx512 {
         finish: Option<&Finish<'_>>,
         sums: &[[__m512; V]; P],
     ) {
-        // SAFETY: the function's contract; `scale` and `shift` hold the panel's filters.
-        unsafe {
-            let per_filter = |values: Option<&[f32]>, vector: usize| {
-                values.map(|values| _mm512_loadu_ps(values.as_ptr().add(vector * BLOCK)))
-            };
-            for vector in 0..V {
-                let (scale, shift) = match finish {
-                    Some(finish) => (
-                        per_filter(finish.scale, vector),
-                        per_filter(finish.shift, vector),
-                    ),
-                    None => (None, None),
-                };
-                for (pixel, sums) in sums.iter().enumerate() {
-                    let offset = vector * tile.block_out_stride + pixel * BLOCK;
-                    let mut value = sums[vector];
-                    if let Some(finish) = finish {
-                        if let Some(scale) = scale {
-                            value = _mm512_mul_ps(value, scale);
-                        }
-                        if let Some(shift) = shift {
-                            value = _mm512_add_ps(value, shift);
-                        }
-                        if let Some(residual) = finish.residual {
-                            value = _mm512_add_ps(value, _mm512_loadu_ps(residual.at(offset)));
-                        }
-                        if let Some((low, high)) = finish.clamp {
-                            value = _mm512_min_ps(
-                                _mm512_max_ps(value, _mm512_set1_ps(low)),
-                                _mm512_set1_ps(high),
-                            );
-                        }
-                    }
+        for vector in 0..V {
+            // SAFETY: the function's contract.
+            let finisher = finish.map(|finish| unsafe { Finisher::new(finish, vector) });
+            for (pixel, sums) in sums.iter().enumerate() {
+                let offset = vector * tile.block_out_stride + pixel * BLOCK;
+                // SAFETY: the function's contract: the offset lies in the tile's output.
+                unsafe {
+                    let value = match &finisher {
+                        Some(finisher) => finisher.apply(sums[vector], offset),
+                        None => sums[vector],
+                    };
                     _mm512_storeu_ps(tile.out.at(offset), value);
                 }
             }
+        }
+    }
+
+    /// A tile's [`Finish`] for one block of 16 filters, in registers.
+    pub(super) struct Finisher<'a> {
+        finish: &'a Finish<'a>,
+        scale: Option<__m512>,
+        shift: Option<__m512>,
+    }
+
+    impl<'a> Finisher<'a> {
+        /// # Safety
+        /// The CPU has AVX-512F. (`finish`'s `scale` and `shift` must hold filter block
+        /// `vector`'s 16 values: checked, with a panic otherwise.)
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        pub(super) unsafe fn new(finish: &'a Finish<'a>, vector: usize) -> Finisher<'a> {
+            let per_filter = |values: Option<&[f32]>| {
+                values.map(|values| {
+                    let values = &values[vector * BLOCK..][..BLOCK];
+                    // SAFETY: 16 values, just sliced; the CPU has AVX-512F (the contract).
+                    unsafe { _mm512_loadu_ps(values.as_ptr()) }
+                })
+            };
+            Finisher {
+                finish,
+                scale: per_filter(finish.scale),
+                shift: per_filter(finish.shift),
+            }
+        }
+
+        /// `value * scale + shift + residual`, clamped, for the 16 values at `offset` from
+        /// the tile's first output.
+        ///
+        /// # Safety
+        /// The CPU has AVX-512F; the residual (if any) holds 16 values at `offset`.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        pub(super) unsafe fn apply(&self, mut value: __m512, offset: usize) -> __m512 {
+            if let Some(scale) = self.scale {
+                value = _mm512_mul_ps(value, scale);
+            }
+            if let Some(shift) = self.shift {
+                value = _mm512_add_ps(value, shift);
+            }
+            if let Some(residual) = self.finish.residual {
+                // SAFETY: the function's contract.
+                value = _mm512_add_ps(value, unsafe { _mm512_loadu_ps(residual.at(offset)) });
+            }
+            if let Some((low, high)) = self.finish.clamp {
+                value = _mm512_min_ps(
+                    _mm512_max_ps(value, _mm512_set1_ps(low)),
+                    _mm512_set1_ps(high),
+                );
+            }
+            value
         }
     }
 }

@@ -54,7 +54,8 @@
 //! `blocked_winograd`, `depthwise`, `blocked_depthwise`, `direct`, `filter_panels`, `strips`,
 //! `rows`, `recurrent`, `resize`, `layout`), over leaves for the shared pieces: `simd`
 //! (instruction-set dispatch: AVX-512, AVX2 + FMA, or portable), `epilogue`, `panels`,
-//! `parallel`, `scratch`, `edges`, `caches`, `tensor`.
+//! `parallel`, `scratch`, `edges`, `caches`, `tensor`, `amx` (Intel's tile registers:
+//! permission, configuration, instructions).
 //! Each tile is tested against the portable path and a naive loop. Per-layer figures:
 //! `cargo bench -p relax-kernels` (see `benches/layers.rs`).
 //!
@@ -106,6 +107,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod amx;
 mod bf16_panels;
 mod blocked;
 mod blocked_depthwise;
@@ -208,4 +210,16 @@ pub fn kernel(name: &str) -> Option<Kernel> {
         .iter()
         .find(|(registered, _)| *registered == name)
         .map(|(_, kernel)| *kernel)
+}
+
+/// What the bf16 kernels (`precision = "bf16"`) run on this CPU: `"AMX-BF16"` (tiles for
+/// convolutions and dense layers; Linux gave this process their state on this call, see
+/// `RELAX_KERNELS_NO_AMX` in the README), `"AVX512-BF16"`, or `"portable"` (float32
+/// arithmetic giving AVX512-BF16's results, slower than float32 itself).
+pub fn bf16_instructions() -> &'static str {
+    match bf16_panels::Bf16Isa::best() {
+        bf16_panels::Bf16Isa::Amx => "AMX-BF16",
+        bf16_panels::Bf16Isa::Avx512Bf16 => "AVX512-BF16",
+        bf16_panels::Bf16Isa::Portable => "portable",
+    }
 }

@@ -13,6 +13,9 @@ use crate::bf16_panels::{dot_pair, round, round_into, Bf16Isa};
 /// The words of one pixel's block of channels.
 const PAIRS: usize = BLOCK / 2;
 
+/// Output pixels per AMX tile: a tile register's rows.
+pub(super) const AMX_PIXELS: usize = 16;
+
 /// An OIHW kernel of `filters x channels x kh x kw` values packed in filter panels of
 /// bf16 pairs, `[ceil(filters / 64), ceil(channels / 2), kh, kw, 64]` words (as float32
 /// bit patterns; zero past the last filter and channel).
@@ -104,6 +107,8 @@ pub(super) unsafe fn tile(tile: &Tile<'_>, finish: Option<&Finish<'_>>, isa: Bf1
         match isa {
             #[cfg(target_arch = "x86_64")]
             Bf16Isa::Avx512Bf16 => avx512::tile(tile, finish),
+            #[cfg(target_arch = "x86_64")]
+            Bf16Isa::Amx => amx::tile(tile, finish),
             _ => portable_tile(tile, finish),
         }
     }
@@ -144,6 +149,9 @@ unsafe fn portable_tile(tile: &Tile<'_>, finish: Option<&Finish<'_>>) {
     // SAFETY: the caller's contract.
     unsafe { portable_store(tile, finish, &sums) };
 }
+
+#[cfg(target_arch = "x86_64")]
+mod amx;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {

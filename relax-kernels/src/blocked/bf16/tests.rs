@@ -100,6 +100,8 @@ fn shape(
 
 #[test]
 fn bf16_blocked_convolutions_match_naive_loops_and_the_tiles_agree_bit_for_bit() {
+    // (AMX's tiles sum in another order, and flush subnormals: they are held to the
+    // bound alone.)
     let cases = [
         shape(32, 12, 80, 1, 1, 0), // pointwise: a panel and a partial one (16 filters)
         shape(288, 7, 64, 1, 1, 0), // 18 blocks of channels: two passes, a tile resumes
@@ -115,7 +117,7 @@ fn bf16_blocked_convolutions_match_naive_loops_and_the_tiles_agree_bit_for_bit()
             ..shape(16, 10, 32, 3, 2, 0)
         },
     ];
-    let isas: Vec<Bf16Isa> = [Bf16Isa::Portable, Bf16Isa::Avx512Bf16]
+    let isas: Vec<Bf16Isa> = [Bf16Isa::Portable, Bf16Isa::Avx512Bf16, Bf16Isa::Amx]
         .into_iter()
         .filter(|isa| isa.runs_here())
         .collect();
@@ -180,6 +182,7 @@ fn bf16_blocked_convolutions_match_naive_loops_and_the_tiles_agree_bit_for_bit()
                     );
                 }
                 match &first {
+                    _ if isa == Bf16Isa::Amx => {}
                     None => first = Some(out),
                     Some(first) => assert!(
                         first
