@@ -89,7 +89,9 @@ def run(request):
         ir_module, _, (written_weights, weight_names) = blocked_layout.convert(
             ir_module, request["target"], warnings, (written_weights, weight_names)
         )
-        ir_module, layouts = offload.rewrite(ir_module, None, request.get("precision", "f32"))
+        ir_module, layouts = offload.rewrite(
+            ir_module, None, request.get("precision", "f32"), request.get("matrix_units", False)
+        )
         if request.get("precision") == "bf16":
             warnings.extend(offload.precision_warnings(ir_module))
     functions = signature.signature_of(ir_module, weight_names, layouts)

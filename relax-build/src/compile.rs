@@ -27,6 +27,9 @@ pub struct CompileTarget<'a> {
     pub cross_compiler: Option<&'a CrossCompiler>,
     /// A folder of meta-schedule records to apply (see [`crate::tuning`]).
     pub tuning_records: Option<PathBuf>,
+    /// Whether the target CPU has AMX-BF16's tiles: known for a build for this machine
+    /// only (see [`crate::resolve::Resolver::matrix_units`]).
+    pub matrix_units: bool,
 }
 
 /// One run of the driver for one model.
@@ -71,6 +74,7 @@ impl Job<'_> {
             offload: model.options.offload,
             onnx_prepare: model.options.onnx_prepare,
             precision: model.options.precision.as_str(),
+            matrix_units: self.target.matrix_units,
             weights_mode: match model.weights {
                 Weights::Embed => "embed",
                 Weights::External => "external",

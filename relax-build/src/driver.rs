@@ -279,6 +279,9 @@ pub struct Request {
     pub onnx_prepare: bool,
     /// `f32` or `bf16` (the offloaded dense layers').
     pub precision: &'static str,
+    /// Whether the target CPU has AMX-BF16's tiles (a bf16 build then leaves no 3x3
+    /// layer to float32 Winograd).
+    pub matrix_units: bool,
     /// The model's safetensors file (a torch module's `load_state_dict` reads it).
     pub weights_file: Option<PathBuf>,
     /// `auto`, `embed` or `external` (ONNX initializers).
@@ -567,6 +570,7 @@ mod tests {
             offload: true,
             onnx_prepare: true,
             precision: "f32",
+            matrix_units: false,
             weights_file: None,
             weights_mode: "auto",
             output_dir: PathBuf::from("/out"),

@@ -43,13 +43,18 @@ pub struct KeyInputs {
 
 impl KeyInputs {
     /// Hashes every input of `model` compiled for `target` with the tuning records in
-    /// `tuning` (if any).
+    /// `tuning` (if any), for a CPU with AMX-BF16's tiles or not (`matrix_units`: a
+    /// bf16 model's kernels differ).
     pub fn of(
         model: &Model,
         target: &serde_json::Value,
         tuning: Option<&Path>,
+        matrix_units: bool,
     ) -> Result<KeyInputs> {
         let mut parts = BTreeMap::new();
+        if matrix_units && model.options.precision == crate::metadata::Precision::Bf16 {
+            parts.insert("matrix_units".to_string(), "amx-bf16".to_string());
+        }
         if let Some(dir) = tuning {
             for file in crate::tuning::record_files(dir) {
                 let name = file

@@ -228,7 +228,15 @@ impl Resolver {
             tvm: self.model_target(model)?,
             cross_compiler: self.cross_compiler.as_ref(),
             tuning_records: self.tuning_records(model),
+            matrix_units: self.matrix_units(),
         })
+    }
+
+    /// Whether the target CPU has AMX-BF16's tiles, as far as the build can tell: a
+    /// build for this machine asks its CPU; a cross build (even for another x86-64 CPU)
+    /// assumes not.
+    pub fn matrix_units(&self) -> bool {
+        self.cargo_target() == self.host() && crate::target::host_has_amx_bf16()
     }
 
     /// The key inputs of `model` for this target.
@@ -237,6 +245,7 @@ impl Resolver {
             model,
             &self.model_target(model)?,
             self.tuning_records(model).as_deref(),
+            self.matrix_units(),
         )
     }
 

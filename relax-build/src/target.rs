@@ -170,6 +170,22 @@ fn codegen_options(rustflags: &[String]) -> Vec<(String, String)> {
     options
 }
 
+/// Whether this machine's CPU has AMX-BF16's tiles (`cpuid` leaf 7: AMX-TILE and
+/// AMX-BF16; Rust's feature names for AMX are not stable yet).
+pub fn host_has_amx_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid_count;
+        const AMX_BF16_AND_TILE: u32 = (1 << 22) | (1 << 24);
+        __cpuid_count(0, 0).eax >= 7
+            && __cpuid_count(7, 0).edx & AMX_BF16_AND_TILE == AMX_BF16_AND_TILE
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1422,29 +1422,33 @@ def bf16_conv_kernel(name):
 # and over 30x30 1.65, DenseNet-121's 128 channels over 56x56 1.05 (over 28x28 0.87),
 # SqueezeNet's 16 onto 64 over 55x55 1.35. F(2x2) took 0.70-0.80 of float32's direct
 # time on ResNet-50 (see `BLOCKED_WINOGRAD_MIN_CHANNELS`): bf16's took 0.52.
+# On a CPU with AMX-BF16 (the request's "matrix_units"), none stays: one core, Intel Xeon
+# with AMX, ResNet-50's 3x3 layers took 0.45-0.68 of F(4x4)'s time in bf16 on AMX tiles
+# (0.25 over 7x7; `cargo bench -p relax-kernels --bench layers -- ResNet-50`).
 BF16_WINOGRAD4_MIN_CHANNELS = 64
 
 
-def bf16_keeps_winograd(name, args, out_ty):
+def bf16_keeps_winograd(name, args, out_ty, matrix_units=False):
     """Whether the blocked convolution `name(args)` stays float32 Winograd F(4x4) in a
-    bf16 build (see `BF16_WINOGRAD4_MIN_CHANNELS`)."""
-    if blocked_winograd_tile(name, args, out_ty) != 4:
+    bf16 build (see `BF16_WINOGRAD4_MIN_CHANNELS`), for a CPU with AMX-BF16's tiles
+    (`matrix_units`) or not."""
+    if matrix_units or blocked_winograd_tile(name, args, out_ty) != 4:
         return False
     (filters, channels, *_), _ = static_convolution(name, args, out_ty, out_rank=5, symbolic_plane=True)
     return min(filters, channels) >= BF16_WINOGRAD4_MIN_CHANNELS
 
 
-def takes_bf16_filter_panels(name, args, out_ty):
+def takes_bf16_filter_panels(name, args, out_ty, matrix_units=False):
     """Whether the kernel call `name(args)` is a blocked convolution with static kernel
     sizes that a bf16 build runs in bf16 (all but what `bf16_keeps_winograd`)."""
     return (
         blocked_convolution(name, args, out_ty)
         and static_ints(dims(args[1])) is not None
-        and not bf16_keeps_winograd(name, args, out_ty)
+        and not bf16_keeps_winograd(name, args, out_ty, matrix_units)
     )
 
 
-def bf16_filter_panel_weights(function):
+def bf16_filter_panel_weights(function, matrix_units=False):
     """With `precision = "bf16"`: takes the weights used only as kernels of blocked
     convolutions that the direct blocked kernel computes (`takes_bf16_filter_panels`) as
     `[ceil(out / 64), ceil(in / 2), kh, kw, 64]` parameters of bf16 pairs (rounded and
@@ -1453,19 +1457,23 @@ def bf16_filter_panel_weights(function):
     One core, AMD Zen 5 (`cargo bench -p relax-kernels --bench layers -- ResNet-50`):
     ResNet-50's 1x1 layers ran at 346-472 GFLOP/s in bf16 against 232-248 in float32, its
     3x3 layers at 469-476 against 243-252; float32 Winograd F(4x4) outran bf16 on the 3x3
-    layers of many channels and filters over large planes (see `bf16_keeps_winograd`).
+    layers of many channels and filters over large planes (see `bf16_keeps_winograd`),
+    but for a CPU with AMX-BF16's tiles (`matrix_units`).
 
     Returns the function and {parameter index: {"layout": "bf16_filter_panels", "columns":
     out, "depth": in}}.
     """
     stored = {index: dims(param) for index, param in enumerate(function.params)}
 
+    def taken(name, args, out_ty):
+        return takes_bf16_filter_panels(name, args, out_ty, matrix_units)
+
     def packed_dims(d):
         filters, channels, kernel_h, kernel_w = (int(value) for value in d)
         return [(filters + PANEL - 1) // PANEL, (channels + 1) // 2, kernel_h, kernel_w, PANEL]
 
     function, indices = take_weights_otherwise(
-        function, 4, takes_bf16_filter_panels, packed_dims, lambda name, _args: bf16_conv_kernel(name)
+        function, 4, taken, packed_dims, lambda name, _args: bf16_conv_kernel(name)
     )
     chosen = {
         index: {"layout": "bf16_filter_panels", "columns": int(stored[index][0]), "depth": int(stored[index][1])}
@@ -1474,7 +1482,7 @@ def bf16_filter_panel_weights(function):
 
     def packed_constant(binding):
         name, args = kernel_call(binding)
-        if name is None or not takes_bf16_filter_panels(name, args, binding.var.ty):
+        if name is None or not taken(name, args, binding.var.ty):
             return None
         weight = args[1]
         if not isinstance(weight, tvm.ir.Constant) or rank(weight) != 4 or not is_float32(weight):
@@ -1566,7 +1574,7 @@ def layout_kernel_calls(function):
     return rewritten_function(function, kernel_call)
 
 
-def rewrite(ir_module, target, precision="f32"):
+def rewrite(ir_module, target, precision="f32", matrix_units=False):
     """The module with its matmuls and convolutions rewritten into kernel calls, and, per
     function name, how it takes each weight parameter it takes otherwise than stored
     (index -> {"layout": "panels", "transposed_panels", "bf16_panels",
@@ -1584,7 +1592,7 @@ def rewrite(ir_module, target, precision="f32"):
             rewritten, dense_panels = panel_weights(rewritten, precision)
             bf16_filter_panels = {}
             if precision == "bf16":
-                rewritten, bf16_filter_panels = bf16_filter_panel_weights(rewritten)
+                rewritten, bf16_filter_panels = bf16_filter_panel_weights(rewritten, matrix_units)
             rewritten, winograd = winograd_weights(rewritten)
             rewritten, recurrent = recurrent_weights(rewritten)
             winograd.update(recurrent)

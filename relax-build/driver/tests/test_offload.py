@@ -625,6 +625,12 @@ class Bf16Convolutions(unittest.TestCase):
         self.assertIn("0 dense layers and 0 convolutions run in bf16", warning)
         self.assertIn("1 convolutions (depthwise, transposed, from an NCHW input, or 3x3 ones Winograd", warning)
 
+    def test_with_amx_tiles_no_3x3_layer_stays_winograd(self):
+        module, layouts = offload.rewrite(blocked_convolution_model(64, 64, 3, 56), None, "bf16", True)
+        self.assertEqual(layouts["main"][1]["layout"], "bf16_filter_panels")
+        self.assertEqual(self.conv_calls(module), ["relax_runtime.conv2d_bf16_bias"])
+        self.assertEqual(offload.precision_warnings(module), [])
+
     def test_a_3x3_layer_of_few_filters_or_over_a_small_plane_runs_bf16_instead_of_winograd(self):
         for filters, channels, size in [(32, 96, 120), (256, 256, 14), (512, 512, 7)]:
             module, layouts = offload.rewrite(blocked_convolution_model(filters, channels, 3, size), None, "bf16")

@@ -35,6 +35,7 @@ fn target(cross: Option<&CrossCompiler>) -> CompileTarget<'_> {
         tvm: serde_json::json!({"kind": "llvm"}),
         cross_compiler: cross,
         tuning_records: None,
+        matrix_units: false,
     }
 }
 
