@@ -82,27 +82,18 @@ impl TileConfig {
         self
     }
 
-    /// Makes this the thread's tile configuration (unless it already is).
+    /// Makes this the thread's tile configuration. Loaded on every call, not remembered:
+    /// other code on the thread (a library using AMX itself) may have changed it.
     ///
     /// # Safety
     /// [`bf16_usable`] said yes.
     pub(crate) unsafe fn load(&self) {
-        thread_local! {
-            /// The configuration this thread loaded last: only this module configures
-            /// tiles, and the kernel keeps a thread's configuration across switches.
-            static LOADED: std::cell::Cell<Option<TileConfig>> =
-                const { std::cell::Cell::new(None) };
-        }
-        if LOADED.get() == Some(*self) {
-            return;
-        }
         // SAFETY: AMX runs here and the process may use it (the contract); `ldtilecfg`
         // reads these 64 bytes (a valid palette-1 configuration: `with` checked each
         // register) and zeroes the tile registers, which no Rust code uses.
         unsafe {
             std::arch::asm!("ldtilecfg [{}]", in(reg) self.0.as_ptr(), options(nostack, readonly));
         }
-        LOADED.set(Some(*self));
     }
 }
 
