@@ -244,6 +244,26 @@ mod tests {
     }
 
     #[test]
+    fn amx_tiles_change_the_key_of_a_bf16_model_only() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("m.onnx"), b"x").unwrap();
+        let key = |precision: &str, matrix_units: bool| {
+            let text = format!(
+                "[package.metadata.relax.models.m]\nsource = \"m.onnx\"\nprecision = \"{precision}\"\n"
+            );
+            let manifest =
+                crate::metadata::parse(&text, dir.path(), &dir.path().join("Cargo.toml"));
+            let model = manifest.unwrap().models.remove(0);
+            let target = serde_json::json!({"kind": "llvm"});
+            KeyInputs::of(&model, &target, None, matrix_units)
+                .unwrap()
+                .input_key()
+        };
+        assert_ne!(key("bf16", true), key("bf16", false));
+        assert_eq!(key("f32", true), key("f32", false));
+    }
+
+    #[test]
     fn differences_name_what_changed() {
         let recorded = inputs(&[
             ("source:models/m.py", "1"),
