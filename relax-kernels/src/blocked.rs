@@ -655,6 +655,45 @@ struct Finish<'a> {
     clamp: Option<(f32, f32)>,
 }
 
+/// A tile's share of the next pass's weights (see [`Tile::next`]), prefetched into the
+/// level-2 cache a few lines at each tap of each block it sums.
+#[cfg(target_arch = "x86_64")]
+struct NextPass {
+    next: *const f32,
+    lines: usize,
+    per_tap: usize,
+    done: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl NextPass {
+    fn of(tile: &Tile<'_>) -> NextPass {
+        NextPass {
+            next: tile.next,
+            lines: tile.next_lines,
+            per_tap: tile.next_lines.div_ceil(tile.blocks * tile.taps.len()),
+            done: 0,
+        }
+    }
+
+    /// Prefetches the lines of one more tap.
+    #[inline(always)]
+    fn tap(&mut self) {
+        let end = (self.done + self.per_tap).min(self.lines);
+        for line in self.done..end {
+            // A hint only: a prefetch of any address is sound (a partial last block's
+            // lines run past the panel's channels).
+            // SAFETY: `prefetcht1` is SSE, which every x86-64 CPU has.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+                    self.next.wrapping_add(line * LINE_VALUES).cast(),
+                )
+            };
+        }
+        self.done = end;
+    }
+}
+
 /// The tile on any CPU: the same sums, on plain arrays that the compiler vectorizes.
 ///
 /// # Safety
@@ -1000,8 +1039,7 @@ mod avx512 {
         start: [[__m512; V]; P],
     ) -> [[__m512; V]; P] {
         let mut sums = start;
-        let lines_per_tap = tile.next_lines.div_ceil(tile.blocks * tile.taps.len());
-        let mut prefetched = 0;
+        let mut next_pass = super::NextPass::of(tile);
         // SAFETY: the function's contract: every input, weight and output addressed lies in
         // its checked tensor or the padded buffer.
         unsafe {
@@ -1010,15 +1048,7 @@ mod avx512 {
                 let x = tile.x.add(block * tile.block_stride);
                 let w = tile.w.add(block * BLOCK * tile.channel_stride);
                 for (t, &tap) in tile.taps.iter().enumerate() {
-                    let end = (prefetched + lines_per_tap).min(tile.next_lines);
-                    for line in prefetched..end {
-                        // A hint only: a prefetch of any address is sound (a partial last
-                        // block's lines run past the panel's channels).
-                        _mm_prefetch::<_MM_HINT_T1>(
-                            tile.next.wrapping_add(line * super::LINE_VALUES).cast(),
-                        );
-                    }
-                    prefetched = end;
+                    next_pass.tap();
                     let inputs: [*const f32; P] = if CONTIGUOUS {
                         let first = x.add(tile.inputs[0] + tap);
                         std::array::from_fn(|pixel| first.add(pixel * BLOCK))

@@ -32,7 +32,6 @@ pub(super) unsafe fn block(block: &Block<'_>) {
     let (x, w) = (block.x.as_ptr(), block.panel.as_ptr().cast::<u32>());
     let x_stride = block.pairs * 4;
     let mut sums = Sums([[0.0; PANEL]; ROWS]);
-    let sums_at = |vector: usize, sums: &mut Sums| sums.0[0][vector * 16..].as_mut_ptr();
     for first in (0..block.m).step_by(ROWS) {
         let rows = ROWS.min(block.m - first);
         let x = x.wrapping_add(first * block.pairs);
@@ -40,6 +39,12 @@ pub(super) unsafe fn block(block: &Block<'_>) {
         // panel `pairs` rows of 64 words, so every step's rows from `p` (16 pairs, or the
         // tail's) lie inside them; the sums go to `sums`, rows 64 values apart.
         unsafe {
+            let all_sums = |action: Move, sums: &mut Sums| {
+                for vector in 0..vectors {
+                    let at = sums.0[0][vector * 16..].as_mut_ptr();
+                    sums_register(vector, action, at, SUMS_STRIDE);
+                }
+            };
             let step = |p: usize| {
                 load_input(x.add(p), x_stride);
                 for vector in 0..vectors {
@@ -48,26 +53,17 @@ pub(super) unsafe fn block(block: &Block<'_>) {
             };
             if whole > 0 {
                 config(rows, STEP).load();
-                for vector in 0..vectors {
-                    sums_register(vector, Move::Zero, sums_at(vector, &mut sums), SUMS_STRIDE);
-                }
+                all_sums(Move::Zero, &mut sums);
                 for p in (0..whole).step_by(STEP) {
                     step(p);
                 }
-                for vector in 0..vectors {
-                    sums_register(vector, Move::Store, sums_at(vector, &mut sums), SUMS_STRIDE);
-                }
+                all_sums(Move::Store, &mut sums);
             }
             if tail > 0 {
                 config(rows, tail).load();
-                let start = if whole > 0 { Move::Load } else { Move::Zero };
-                for vector in 0..vectors {
-                    sums_register(vector, start, sums_at(vector, &mut sums), SUMS_STRIDE);
-                }
+                all_sums(if whole > 0 { Move::Load } else { Move::Zero }, &mut sums);
                 step(whole);
-                for vector in 0..vectors {
-                    sums_register(vector, Move::Store, sums_at(vector, &mut sums), SUMS_STRIDE);
-                }
+                all_sums(Move::Store, &mut sums);
             }
         }
         for (row, sums) in sums.0.iter().enumerate().take(rows) {

@@ -216,8 +216,7 @@ mod avx512 {
         start: [[__m512; V]; P],
     ) -> [[__m512; V]; P] {
         let mut sums = start;
-        let lines_per_tap = tile.next_lines.div_ceil(tile.blocks * tile.taps.len());
-        let mut prefetched = 0;
+        let mut next_pass = super::super::NextPass::of(tile);
         let (x, w) = (tile.x.cast::<u32>(), tile.w.cast::<u32>());
         // SAFETY: the function's contract: every input word, weight and output addressed
         // lies in the padded buffer, its checked tensor or the tile's output.
@@ -227,16 +226,7 @@ mod avx512 {
                 let x = x.add(block * tile.block_stride);
                 let w = w.add(block * PAIRS * tile.channel_stride);
                 for (t, &tap) in tile.taps.iter().enumerate() {
-                    let end = (prefetched + lines_per_tap).min(tile.next_lines);
-                    for line in prefetched..end {
-                        // A hint only: a prefetch of any address is sound.
-                        _mm_prefetch::<_MM_HINT_T1>(
-                            tile.next
-                                .wrapping_add(line * crate::caches::LINE_VALUES)
-                                .cast(),
-                        );
-                    }
-                    prefetched = end;
+                    next_pass.tap();
                     let inputs: [*const u32; P] = if CONTIGUOUS {
                         let first = x.add(tile.inputs[0] + tap);
                         std::array::from_fn(|pixel| first.add(pixel * PAIRS))

@@ -9,12 +9,12 @@
 //! one output row. Pixels across rows (a 3x3 layer's tiles that wrap) are first copied
 //! into a gather buffer, per block and tap.
 
-use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps, _mm_prefetch, _MM_HINT_T1};
+use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
 
 use super::super::avx512::Finisher;
+use super::super::NextPass;
 use super::{pairs_of, Finish, Tile, AMX_PIXELS as PIXELS, BLOCK, PAIRS, PANEL};
 use crate::amx::{config, load_input, multiply, sums_register, Move, SUMS_BYTES};
-use crate::caches::LINE_VALUES;
 
 /// Computes `tile` (its input and weights in pairs) with `finish` on its last pass.
 ///
@@ -33,23 +33,15 @@ pub(super) unsafe fn tile(tile: &Tile<'_>, finish: Option<&Finish<'_>>) {
     // SAFETY: the caller's contract, and the shapes just checked.
     unsafe {
         config(tile.pixels, PAIRS).load();
-        for vector in 0..tile.vectors {
-            let sums = tile.out.at(vector * tile.block_out_stride);
-            if tile.resume {
-                sums_register(vector, Move::Load, sums, SUMS_BYTES);
-            } else {
-                sums_register(vector, Move::Zero, sums, SUMS_BYTES);
+        let sums = |action: Move| {
+            for vector in 0..tile.vectors {
+                let at = tile.out.at(vector * tile.block_out_stride);
+                sums_register(vector, action, at, SUMS_BYTES);
             }
-        }
+        };
+        sums(if tile.resume { Move::Load } else { Move::Zero });
         accumulate(tile);
-        for vector in 0..tile.vectors {
-            sums_register(
-                vector,
-                Move::Store,
-                tile.out.at(vector * tile.block_out_stride),
-                SUMS_BYTES,
-            );
-        }
+        sums(Move::Store);
         if let Some(finish) = finish {
             finish_in_place(tile, finish);
         }
@@ -77,8 +69,7 @@ struct Gathered([[u32; PAIRS]; PIXELS]);
 /// As [`tile`], the tiles configured and the sums' registers started.
 #[inline(always)]
 unsafe fn accumulate(tile: &Tile<'_>) {
-    let lines_per_tap = tile.next_lines.div_ceil(tile.blocks * tile.taps.len());
-    let mut prefetched = 0;
+    let mut next_pass = NextPass::of(tile);
     let (x, w) = (tile.x.cast::<u32>(), tile.w.cast::<u32>());
     let stride = input_stride(tile);
     let mut gathered = Gathered([[0; PAIRS]; PIXELS]);
@@ -90,12 +81,7 @@ unsafe fn accumulate(tile: &Tile<'_>) {
             let x = x.add(block * tile.block_stride);
             let w = w.add(block * PAIRS * tile.channel_stride);
             for (t, &tap) in tile.taps.iter().enumerate() {
-                let end = (prefetched + lines_per_tap).min(tile.next_lines);
-                for line in prefetched..end {
-                    // A hint only: a prefetch of any address is sound.
-                    _mm_prefetch::<_MM_HINT_T1>(tile.next.wrapping_add(line * LINE_VALUES).cast());
-                }
-                prefetched = end;
+                next_pass.tap();
                 match stride {
                     Some(stride) => load_input(x.add(tile.inputs[0] + tap), stride * 4),
                     None => {
