@@ -19,6 +19,10 @@ expected ones:
   its convolutions in integers, TVM in float32 on the dequantized values: an activation
   within float rounding of a quantization boundary may take the neighbouring step
   (here up to 4e-4 in the logits), so it is compared at a looser tolerance.
+- integer_dense: a dense layer as onnxruntime's dynamic quantizer writes one, a
+  `MatMulInteger` of 8-bit activations by a constant 8-bit weight, both less their zero
+  points: exact int32 sums, compared exactly (on a CPU with bf16 instructions it runs
+  on relax-runtime's bf16 kernels, which hold such values exactly).
 - detector_head: a MobileNetV3-style block (hard-swish, depthwise, squeeze-excitation),
   an FPN-style `Resize` and add, a `ConvTranspose` head, and a `Reshape` whose target
   comes from `Shape`; every input dim symbolic, run at three image sizes.
@@ -306,6 +310,26 @@ def qdq_cnn():
     return built, [[RNG.uniform(0, 3.9, (batch, 3, 16, 16)).astype(np.float32)] for batch in (1, 4)]
 
 
+def integer_dense():
+    # 256 products a sum: exact in float32 whatever the values (see integer_products.py).
+    depth, columns = 256, 200
+    w = RNG.integers(0, 256, (depth, columns)).astype(np.uint8)
+    initializers = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.array(7, np.uint8), "x_zero"),
+        numpy_helper.from_array(np.array(131, np.uint8), "w_zero"),
+    ]
+    nodes = [helper.make_node("MatMulInteger", ["x", "w", "x_zero", "w_zero"], ["y"])]
+    built = model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, ["batch", depth])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, ["batch", columns])],
+        initializers,
+    )
+    # 20 rows: a tile of 16 and a partial one.
+    return built, [[RNG.integers(0, 256, (batch, depth)).astype(np.uint8)] for batch in (1, 20)]
+
+
 def detector_head():
     nodes = [
         helper.make_node("Conv", ["image", "stem_w", "stem_b"], ["stem"], pads=[1, 1, 1, 1], strides=[2, 2]),
@@ -382,6 +406,7 @@ MODELS = {
     "if_scalar": if_scalar,
     "bert_mask": bert_mask,
     "qdq_cnn": qdq_cnn,
+    "integer_dense": integer_dense,
     "detector_head": detector_head,
 }
 

@@ -90,7 +90,11 @@ def run(request):
             ir_module, request["target"], warnings, (written_weights, weight_names)
         )
         ir_module, layouts = offload.rewrite(
-            ir_module, None, request.get("precision", "f32"), request.get("matrix_units", False)
+            ir_module,
+            None,
+            request.get("precision", "f32"),
+            request.get("matrix_units", False),
+            request.get("bf16_instructions", False),
         )
         if request.get("precision") == "bf16":
             warnings.extend(offload.precision_warnings(ir_module))

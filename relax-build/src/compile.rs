@@ -13,7 +13,7 @@ use crate::error::{io, Error, Result};
 use crate::files;
 use crate::metadata::{Model, SourceKind, Weights};
 use crate::signature::{format_shape, Dim, Signature};
-use crate::target::CrossCompiler;
+use crate::target::{Bf16Hardware, CrossCompiler};
 use crate::tensor_spec::SpecDim;
 use crate::text::preview;
 use crate::toolchain::Toolchain;
@@ -27,9 +27,9 @@ pub struct CompileTarget<'a> {
     pub cross_compiler: Option<&'a CrossCompiler>,
     /// A folder of meta-schedule records to apply (see [`crate::tuning`]).
     pub tuning_records: Option<PathBuf>,
-    /// Whether the target CPU has AMX-BF16's tiles: known for a build for this machine
-    /// only (see [`crate::resolve::Resolver::matrix_units`]).
-    pub matrix_units: bool,
+    /// The target CPU's bf16 hardware: known for a build for this machine only (see
+    /// [`crate::resolve::Resolver::bf16_hardware`]).
+    pub bf16_hardware: Bf16Hardware,
 }
 
 /// One run of the driver for one model.
@@ -74,7 +74,8 @@ impl Job<'_> {
             offload: model.options.offload,
             onnx_prepare: model.options.onnx_prepare,
             precision: model.options.precision.as_str(),
-            matrix_units: self.target.matrix_units,
+            matrix_units: self.target.bf16_hardware.tiles,
+            bf16_instructions: self.target.bf16_hardware.instructions,
             weights_mode: match model.weights {
                 Weights::Embed => "embed",
                 Weights::External => "external",

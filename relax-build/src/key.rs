@@ -31,6 +31,7 @@ use crate::driver;
 use crate::error::Result;
 use crate::files::{hex, sha256_bytes, sha256_file};
 use crate::metadata::{FileSource, Model, Weights};
+use crate::target::Bf16Hardware;
 use crate::tensor_spec::SpecDim;
 use crate::versions::TVM_VERSION;
 
@@ -43,17 +44,20 @@ pub struct KeyInputs {
 
 impl KeyInputs {
     /// Hashes every input of `model` compiled for `target` with the tuning records in
-    /// `tuning` (if any), for a CPU with AMX-BF16's tiles or not (`matrix_units`: a
-    /// bf16 model's kernels differ).
+    /// `tuning` (if any), for a CPU with the bf16 hardware `bf16` (its tiles change a
+    /// bf16 model's kernels; its instructions an ONNX model's integer products').
     pub fn of(
         model: &Model,
         target: &serde_json::Value,
         tuning: Option<&Path>,
-        matrix_units: bool,
+        bf16: Bf16Hardware,
     ) -> Result<KeyInputs> {
         let mut parts = BTreeMap::new();
-        if matrix_units && model.options.precision == crate::metadata::Precision::Bf16 {
+        if bf16.tiles && model.options.precision == crate::metadata::Precision::Bf16 {
             parts.insert("matrix_units".to_string(), "amx-bf16".to_string());
+        }
+        if bf16.instructions && model.kind == crate::metadata::SourceKind::Onnx {
+            parts.insert("bf16_instructions".to_string(), "yes".to_string());
         }
         if let Some(dir) = tuning {
             for file in crate::tuning::record_files(dir) {
@@ -247,7 +251,7 @@ mod tests {
     fn amx_tiles_change_the_key_of_a_bf16_model_only() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("m.onnx"), b"x").unwrap();
-        let key = |precision: &str, matrix_units: bool| {
+        let key = |precision: &str, tiles: bool| {
             let text = format!(
                 "[package.metadata.relax.models.m]\nsource = \"m.onnx\"\nprecision = \"{precision}\"\n"
             );
@@ -255,12 +259,43 @@ mod tests {
                 crate::metadata::parse(&text, dir.path(), &dir.path().join("Cargo.toml"));
             let model = manifest.unwrap().models.remove(0);
             let target = serde_json::json!({"kind": "llvm"});
-            KeyInputs::of(&model, &target, None, matrix_units)
+            let bf16 = Bf16Hardware {
+                instructions: true,
+                tiles,
+            };
+            KeyInputs::of(&model, &target, None, bf16)
                 .unwrap()
                 .input_key()
         };
         assert_ne!(key("bf16", true), key("bf16", false));
         assert_eq!(key("f32", true), key("f32", false));
+    }
+
+    #[test]
+    fn bf16_instructions_change_the_key_of_an_onnx_model_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = |source: &str, instructions: bool| {
+            std::fs::write(dir.path().join(source), b"x").unwrap();
+            let entry = if source.ends_with(".py") {
+                "entry = \"M\"\n"
+            } else {
+                ""
+            };
+            let text = format!("[package.metadata.relax.models.m]\nsource = \"{source}\"\n{entry}");
+            let manifest =
+                crate::metadata::parse(&text, dir.path(), &dir.path().join("Cargo.toml"));
+            let model = manifest.unwrap().models.remove(0);
+            let target = serde_json::json!({"kind": "llvm"});
+            let bf16 = Bf16Hardware {
+                instructions,
+                tiles: false,
+            };
+            KeyInputs::of(&model, &target, None, bf16)
+                .unwrap()
+                .input_key()
+        };
+        assert_ne!(key("m.onnx", true), key("m.onnx", false));
+        assert_eq!(key("m.py", true), key("m.py", false));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::fetched::Fetcher;
 use crate::key::KeyInputs;
 use crate::metadata::{FileSource, Model, PythonSetting};
 use crate::prepared::{self, Prepared};
-use crate::target::{self, CrossCompiler};
+use crate::target::{self, Bf16Hardware, CrossCompiler};
 use crate::toolchain::{self, Toolchain};
 use crate::tuning;
 
@@ -228,15 +228,18 @@ impl Resolver {
             tvm: self.model_target(model)?,
             cross_compiler: self.cross_compiler.as_ref(),
             tuning_records: self.tuning_records(model),
-            matrix_units: self.matrix_units(),
+            bf16_hardware: self.bf16_hardware(),
         })
     }
 
-    /// Whether the target CPU has AMX-BF16's tiles, as far as the build can tell: a
-    /// build for this machine asks its CPU; a cross build (even for another x86-64 CPU)
-    /// assumes not.
-    pub fn matrix_units(&self) -> bool {
-        self.cargo_target() == self.host() && crate::target::host_has_amx_bf16()
+    /// The target CPU's bf16 hardware, as far as the build can tell: a build for this
+    /// machine asks its CPU; a cross build (even for another x86-64 CPU) assumes none.
+    pub fn bf16_hardware(&self) -> Bf16Hardware {
+        if self.cargo_target() == self.host() {
+            Bf16Hardware::of_host()
+        } else {
+            Bf16Hardware::default()
+        }
     }
 
     /// The key inputs of `model` for this target.
@@ -245,7 +248,7 @@ impl Resolver {
             model,
             &self.model_target(model)?,
             self.tuning_records(model).as_deref(),
-            self.matrix_units(),
+            self.bf16_hardware(),
         )
     }
 

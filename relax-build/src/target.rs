@@ -170,15 +170,51 @@ fn codegen_options(rustflags: &[String]) -> Vec<(String, String)> {
     options
 }
 
+/// What a build knows of the target CPU's bf16 hardware: a build for this machine asks
+/// its CPU ([`Bf16Hardware::of_host`]); a cross build (even for another x86-64 CPU)
+/// assumes none ([`Bf16Hardware::default`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bf16Hardware {
+    /// AVX512-BF16's `vdpbf16ps` (or AMX-BF16): exact integer products of 8-bit values run
+    /// on relax-runtime's bf16 kernels.
+    pub instructions: bool,
+    /// AMX-BF16's tiles: a bf16 build leaves no 3x3 layer to float32 Winograd.
+    pub tiles: bool,
+}
+
+impl Bf16Hardware {
+    /// This machine's CPU.
+    pub fn of_host() -> Bf16Hardware {
+        let tiles = host_has_amx_bf16();
+        Bf16Hardware {
+            instructions: tiles || host_has_avx512_bf16(),
+            tiles,
+        }
+    }
+}
+
 /// Whether this machine's CPU has AMX-BF16's tiles (`cpuid` leaf 7: AMX-TILE and
 /// AMX-BF16; Rust's feature names for AMX are not stable yet).
-pub fn host_has_amx_bf16() -> bool {
+fn host_has_amx_bf16() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::__cpuid_count;
         const AMX_BF16_AND_TILE: u32 = (1 << 22) | (1 << 24);
         __cpuid_count(0, 0).eax >= 7
             && __cpuid_count(7, 0).edx & AMX_BF16_AND_TILE == AMX_BF16_AND_TILE
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this machine's CPU (and OS) runs AVX512-BF16.
+fn host_has_avx512_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

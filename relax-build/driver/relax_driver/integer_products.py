@@ -19,6 +19,11 @@ layer rarely all their extremes), and otherwise rounded as float32 rounds, to wi
 multiply. A Winograd form of a 3x3 convolution adds float32 rounding of that order too;
 the rounding back to int32 removes it while it stays under half a unit.
 
+A constant operand (a layer's 8-bit weights less their zero point) is computed here, in
+numpy, to a float32 constant: the kernels' offload then takes it as a weight, and for a
+CPU with bf16 instructions runs a dense layer of such products on the bf16 kernels, which
+hold these operands exactly (offload.py's `exact_bf16_weights`).
+
 Only products whose operands are 8-bit values (widened, shifted by 8-bit zero points,
 reshaped) are rewritten: a MatMul of int32 inputs that could hold any value stays exact
 in TVM's integer loops.
@@ -42,41 +47,108 @@ def dtype_of(expr):
     return str(ty.dtype) if isinstance(ty, relax.TensorType) else None
 
 
+def narrow(expr, bound, depth=0):
+    """Whether `expr` holds 8-bit values: an 8-bit tensor, one widened, reshaped or moved,
+    a difference of two, or an integer constant within [-255, 255]. `bound(var)` gives
+    the value a variable is bound to, or None."""
+    if depth > MAX_DEPTH:
+        return False
+    if dtype_of(expr) in NARROW:
+        return True
+    if isinstance(expr, tvm.ir.Constant):
+        values = expr.value.numpy()
+        return values.dtype.kind in "iu" and (values.size == 0 or int(np.abs(values.astype(np.int64)).max()) <= 255)
+    if isinstance(expr, relax.Var):
+        value = bound(expr)
+        return value is not None and narrow(value, bound, depth + 1)
+    if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
+        return False
+    name = expr.op.name
+    if name in KEEPS_VALUES:
+        return narrow(expr.args[0], bound, depth + 1)
+    if name == "relax.subtract":
+        # Both 8-bit of one signedness (a value less its zero point): at most 255 in
+        # magnitude.
+        return all(narrow(arg, bound, depth + 1) for arg in expr.args)
+    return False
+
+
+def float_copy_of_narrow(expr, bound):
+    """Whether `expr` is a float32 copy of 8-bit values (`astype(narrow, "float32")`, as
+    `in_float32` makes a product's operands): integers of at most 255 in magnitude, which
+    bf16 holds exactly."""
+    if isinstance(expr, relax.Var):
+        value = bound(expr)
+        return value is not None and float_copy_of_narrow(value, bound)
+    return (
+        isinstance(expr, relax.Call)
+        and isinstance(expr.op, tvm.ir.Op)
+        and expr.op.name == "relax.astype"
+        and dtype_of(expr) == "float32"
+        and narrow(expr.args[0], bound)
+    )
+
+
+def constant_value(expr, bound, depth=0):
+    """The value (numpy) of `expr` where it is computed from constants by the ops that
+    narrow values pass through (widened, less a zero point, reshaped or moved), else
+    None. TVM's FoldConstant leaves such a chain be: it folds no op whose result is larger
+    than its operands, and a widened weight is 4 times its 8-bit self."""
+    if depth > MAX_DEPTH or dtype_of(expr) is None:
+        return None
+    if isinstance(expr, tvm.ir.Constant):
+        return expr.value.numpy()
+    if isinstance(expr, relax.Var):
+        value = bound(expr)
+        return None if value is None else constant_value(value, bound, depth)
+    if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
+        return None
+    tensors = [arg for arg in expr.args if dtype_of(arg) is not None]
+    operands = [constant_value(arg, bound, depth + 1) for arg in tensors]
+    if not operands or any(operand is None for operand in operands):
+        return None
+    name, attrs = expr.op.name, expr.attrs
+    if name == "relax.astype":
+        return operands[0].astype(str(attrs.dtype))
+    if name == "relax.subtract" and len(operands) == 2:
+        return (operands[0] - operands[1]).astype(dtype_of(expr))
+    if name == "relax.permute_dims":
+        axes = None if attrs.axes is None else [int(axis) for axis in attrs.axes]
+        return np.transpose(operands[0], axes)
+    if name == "relax.reshape":
+        dims = getattr(expr.ty, "shape", None)
+        static = [int(d) for d in dims] if dims is not None and all(isinstance(d, tvm.tirx.IntImm) for d in dims) else None
+        return None if static is None else operands[0].reshape(static)
+    return None
+
+
 @relax.expr_functor.mutator
 class FloatProducts(relax.PyExprMutator):
     """Rewrites the products of `in_float32` in one function."""
 
-    def narrow(self, expr, depth=0):
-        """Whether `expr` holds 8-bit values: an 8-bit tensor, one widened, reshaped or
-        moved, a difference of two, or an integer constant within [-255, 255]."""
-        if depth > MAX_DEPTH:
-            return False
-        if dtype_of(expr) in NARROW:
-            return True
-        if isinstance(expr, tvm.ir.Constant):
-            values = expr.value.numpy()
-            return values.dtype.kind in "iu" and (values.size == 0 or int(np.abs(values.astype(np.int64)).max()) <= 255)
-        if isinstance(expr, relax.Var):
-            bound = self.lookup_binding(expr)
-            return bound is not None and self.narrow(bound, depth + 1)
-        if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
-            return False
-        name = expr.op.name
-        if name in KEEPS_VALUES:
-            return self.narrow(expr.args[0], depth + 1)
-        if name == "relax.subtract":
-            # Both 8-bit of one signedness (a value less its zero point): at most 255
-            # in magnitude.
-            return all(self.narrow(arg, depth + 1) for arg in expr.args)
-        return False
+    def __init__(self, bindings):
+        super().__init__()
+        # The function's own bindings: a variable the rewrite leaves as it is (a weight
+        # bound to a constant outside any dataflow block) is not the builder's to look up.
+        self.bindings = bindings
+
+    def bound(self, var):
+        value = self.lookup_binding(var)
+        return self.bindings.get(var) if value is None else value
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
         if not isinstance(call.op, tvm.ir.Op) or call.op.name not in PRODUCTS:
             return call
-        if dtype_of(call) != "int32" or not all(self.narrow(arg) for arg in call.args[:2]):
+        if dtype_of(call) != "int32" or not all(narrow(arg, self.bound) for arg in call.args[:2]):
             return call
-        a, b = (relax.op.astype(arg, "float32") for arg in call.args[:2])
+        # A constant operand (a layer's 8-bit weights less their zero point) becomes a
+        # float32 constant, which the kernels' offload takes as a weight.
+        a, b = (
+            relax.op.astype(arg, "float32") if (value := constant_value(arg, self.bound)) is None
+            else relax.const(value.astype("float32"))
+            for arg in call.args[:2]
+        )
         attrs = call.attrs
         if call.op.name == "relax.matmul":
             product = relax.op.matmul(a, b, out_dtype="float32")
@@ -97,6 +169,21 @@ class FloatProducts(relax.PyExprMutator):
         return relax.op.astype(relax.op.round(product), "int32")
 
 
+def bindings_of(function):
+    """{variable: value} of every binding in `function`, those of nested scopes too."""
+    bindings = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.SeqExpr):
+            for block in expr.blocks:
+                for binding in block.bindings:
+                    if isinstance(binding, relax.VarBinding):
+                        bindings[binding.var] = binding.value
+
+    relax.analysis.post_order_visit(function, visit)
+    return bindings
+
+
 def in_float32(ir_module):
     """`ir_module` with each int32 `matmul` or convolution of 8-bit values (see the
     module's doc) computed in float32 and rounded back to int32."""
@@ -104,7 +191,7 @@ def in_float32(ir_module):
     changed = False
     for global_var, function in ir_module.functions.items():
         if isinstance(function, relax.Function):
-            rewritten = FloatProducts().visit_expr(function)
+            rewritten = FloatProducts(bindings_of(function)).visit_expr(function)
             changed = changed or not rewritten.same_as(function)
             functions[global_var] = rewritten
         else:

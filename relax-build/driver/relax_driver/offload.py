@@ -37,6 +37,12 @@ round `x` to bf16 and sum in float32. A constant weight (a small model's embedde
 initializers) is packed so here, once. A dense layer whose weight is computed, or a
 parameter used otherwise too, stays float32, as does everything else.
 
+Whatever the precision, for a CPU that multiplies bf16 in hardware (the request's
+`"bf16_instructions"`), a dense layer computing integer products of 8-bit values
+(integer_products.py: a quantized model's `MatMulInteger`, say) with a constant weight
+goes to the bf16 kernels too: bf16 holds both operands exactly, so the result is the
+float32 one, from half the weight bytes (see `exact_bf16_weights`).
+
 Likewise a weight used only as the kernel of 3x3 convolutions with stride 1 (no dilation,
 one group) that a Winograd variant computes best (see `winograd_tile`) is taken as its
 Winograd transform: `[36, in, out]` for F(4x4, 3x3) (`"layout": "winograd4"`, 4 times
@@ -1070,6 +1076,45 @@ def bf16_constant_weights(function):
     return rewritten_function(function, packed_constant)
 
 
+def exact_bf16_weights(function):
+    """The dense calls that compute integer products exactly in bf16 call the bf16 kernels:
+    those whose input is a float32 copy of 8-bit values and whose weight a float32
+    constant of integers within [-256, 256] (integer_products.py's products: bf16 holds
+    both exactly, and the kernels sum in float32 as the float32 ones do). Their weight is
+    packed in bf16 panels of pairs now: half the bytes to stream, and the CPU's bf16
+    instructions (or tiles) to multiply."""
+    from .integer_products import float_copy_of_narrow
+
+    values = {
+        binding.var: binding.value
+        for block in function.body.blocks
+        for binding in block.bindings
+        if isinstance(binding, relax.VarBinding)
+    }
+
+    def packed_exactly(binding):
+        name, args = kernel_call(binding)
+        if name is None or name.removesuffix(RESIDUAL) not in DENSE:
+            return None
+        weight = args[1]
+        if not isinstance(weight, tvm.ir.Constant) or rank(weight) != 2 or not is_float32(weight):
+            return None
+        matrix = weight.value.numpy()
+        import numpy as np
+
+        if not (np.all(np.abs(matrix) <= 256) and np.array_equal(matrix, np.round(matrix))):
+            return None
+        if not float_copy_of_narrow(args[0], values.get):
+            return None
+        if int(args[epilogue_index(name) - 1].value) == 1:
+            matrix = matrix.T
+        args[1] = relax.const(bf16_panels_of(matrix))
+        args[epilogue_index(name) - 1] = int_value(0)
+        return packed(bf16_kernel(name), args, binding.var.ty)
+
+    return rewritten_function(function, packed_exactly)
+
+
 def bf16_values(values):
     """float32 values (numpy) rounded to bf16, as uint16 bit patterns: to nearest with ties
     to even, a NaN a quiet NaN (relax-kernels' `bf16_panels::round`)."""
@@ -1574,7 +1619,7 @@ def layout_kernel_calls(function):
     return rewritten_function(function, kernel_call)
 
 
-def rewrite(ir_module, target, precision="f32", matrix_units=False):
+def rewrite(ir_module, target, precision="f32", matrix_units=False, bf16_instructions=False):
     """The module with its matmuls and convolutions rewritten into kernel calls, and, per
     function name, how it takes each weight parameter it takes otherwise than stored
     (index -> {"layout": "panels", "transposed_panels", "bf16_panels",
@@ -1582,7 +1627,9 @@ def rewrite(ir_module, target, precision="f32", matrix_units=False):
     "blocked_winograd", "blocked_winograd4", "bf16_filter_panels" or "transposed",
     "columns": N of packed ones, "depth": K of bf16 ones}). `precision` "bf16" takes dense
     weights in bf16 panels (see `panel_weights`) and blocked convolutions' kernels in bf16
-    filter panels (see `bf16_filter_panel_weights`)."""
+    filter panels (see `bf16_filter_panel_weights`). With `bf16_instructions` (the target
+    CPU multiplies bf16 in hardware), dense layers whose integer products bf16 holds
+    exactly go to the bf16 kernels whatever the precision (see `exact_bf16_weights`)."""
     del target  # the kernels choose their instructions at run time
     module = ir_module
     layouts = {}
@@ -1590,6 +1637,8 @@ def rewrite(ir_module, target, precision="f32", matrix_units=False):
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):
             rewritten = rewrite_function(function, ir_module)
             rewritten, dense_panels = panel_weights(rewritten, precision)
+            if bf16_instructions and precision != "bf16":
+                rewritten = exact_bf16_weights(rewritten)
             bf16_filter_panels = {}
             if precision == "bf16":
                 rewritten, bf16_filter_panels = bf16_filter_panel_weights(rewritten, matrix_units)

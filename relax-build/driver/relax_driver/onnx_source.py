@@ -277,13 +277,16 @@ def imported(model, request):
             f"{type(error).__name__}: {str(error)[:500]}\n{import_fix(model, request)}",
             traceback.format_exc(limit=-3),
         ) from error
-    ir_module = integer_products.in_float32(main_in_dataflow_blocks(ir_module))
+    ir_module = main_in_dataflow_blocks(ir_module)
     weights = None
     if external:
         ir_module, params = relax.frontend.detach_params(ir_module)
         arrays = [value.numpy() for value in params.get("main", [])]
         ir_module, arrays, _ = weight_transforms.precomputed(ir_module, arrays)
         ir_module, weights = scalars_bound(ir_module, arrays)
+    # After the integer weights are bound as constants: a product's constant operand
+    # is then computed here, once.
+    ir_module = integer_products.in_float32(ir_module)
     return ir_module, weights, list(converting.unbuilt_branches)
 
 

@@ -13,7 +13,7 @@ from onnx_ops_cases import graph_model, run_driver
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from relax_driver import onnx_source  # noqa: E402
+from relax_driver import offload, onnx_source  # noqa: E402
 
 RNG = np.random.default_rng(5)
 
@@ -67,6 +67,50 @@ class IntegerProducts(unittest.TestCase):
         made = graph_model(node, {"a": a}, {"y": np.int32}, {"b": b}, opset=13)
         self.assertEqual(products(made), [("relax.matmul", "int32")])
         np.testing.assert_array_equal(run_driver(made, {"a": a})[0], a.astype(np.int64) @ b.astype(np.int64))
+
+
+def dense_kernels(made, bf16_instructions):
+    """The relax-runtime kernels the offload calls for the model's products."""
+    from tvm import relax
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.onnx")
+        onnx.save(made, path)
+        ir_module, _, _ = onnx_source.load({"source": path, "inputs": [], "weights_mode": "embed"})
+    ir_module, _ = offload.rewrite(ir_module, None, "f32", False, bf16_instructions)
+    found = []
+
+    def visit(expr):
+        name = offload.packed_name(expr) if isinstance(expr, relax.Call) else None
+        if name is not None and name.startswith("relax_runtime.dense"):
+            found.append(name)
+
+    relax.analysis.post_order_visit(ir_module["main"].body, visit)
+    return found
+
+
+class ExactBf16Products(unittest.TestCase):
+    """A dense layer's integer products of 8-bit values by a constant weight go to the
+    bf16 kernels for a CPU with bf16 instructions: bf16 holds both operands exactly."""
+
+    def test_constant_8_bit_weights_take_the_bf16_kernels_where_the_cpu_has_them(self):
+        a = RNG.integers(0, 256, (3, 40)).astype(np.uint8)
+        for weight_type, low in ((np.uint8, 0), (np.int8, -128)):
+            b = RNG.integers(low, low + 256, (40, 70)).astype(weight_type)
+            node = helper.make_node("MatMulInteger", ["a", "b", "a_zero", "b_zero"], ["y"])
+            zeros = {"a_zero": np.array(255, np.uint8), "b_zero": np.array(low + 255, weight_type)}
+            made = graph_model(node, {"a": a}, {"y": np.int32}, {"b": b, **zeros}, opset=13)
+            self.assertEqual(dense_kernels(made, True), ["relax_runtime.dense_bf16"])
+            self.assertEqual(dense_kernels(made, False), ["relax_runtime.dense"])
+
+    def test_float_products_stay_float32(self):
+        # A float32 weight of integers, but an input that is not 8-bit values: bf16
+        # would round the input.
+        x = RNG.standard_normal((3, 40)).astype(np.float32)
+        w = RNG.integers(-3, 4, (40, 70)).astype(np.float32)
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+        made = graph_model(node, {"x": x}, {"y": np.float32}, {"w": w}, opset=13)
+        self.assertEqual(dense_kernels(made, True), ["relax_runtime.dense"])
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ fn target(cross: Option<&CrossCompiler>) -> CompileTarget<'_> {
         tvm: serde_json::json!({"kind": "llvm"}),
         cross_compiler: cross,
         tuning_records: None,
-        matrix_units: false,
+        bf16_hardware: Bf16Hardware::default(),
     }
 }
 
