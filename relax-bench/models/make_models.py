@@ -5,6 +5,7 @@
     python relax-bench/models/make_models.py minilm WEIGHTS OUT    all-MiniLM-L6-v2 (the bench's ORT side)
     python relax-bench/models/make_models.py torch_cnn WEIGHTS OUT torch_cnn.py's weights and its ONNX export (needs torch)
     python relax-bench/models/make_models.py crnn|gru OUT.onnx     a recurrent model with a symbolic time dim
+    python relax-bench/models/make_models.py resnet50_int8 RESNET50 OUT   ResNet-50 quantized by onnxruntime (needs onnxruntime)
 
 mlp_b1.onnx / mlp_b64.onnx  784-128-10 MLP (Gemm, Relu, Gemm) at batch 1 and 64
 matmul.onnx                 C = A @ B, A and B float32[1024, 1024]
@@ -26,7 +27,10 @@ height and width symbolic), with seeded random weights; the MiniLM graph is buil
 encoder, from the safetensors weights the bench's `minilm` model fetches. torch_cnn.py's
 module gets seeded random weights (a safetensors file, which the bench compiles it with)
 and is exported with those weights to ONNX by torch.onnx.export, for the same model
-compiled from both sources.
+compiled from both sources. resnet50_int8 is that ResNet-50 as onnxruntime's static
+quantizer writes it: its pre-processing (batch norms folded into the convolutions), then
+QDQ with activations uint8 per tensor and weights int8 per output channel, calibrated
+with MinMax on 8 seeded images of the bench's input distribution.
 
 crnn and gru are shaped as the text recognizers and speech models users export: crnn a
 CRNN (four 3x3 convolutions with pooling to one row, the columns as a sequence, two
@@ -683,6 +687,46 @@ def recurrent_model(name, path):
 RECURRENT_MODELS = ("crnn", "gru")
 
 
+def resnet50_int8(source, path):
+    """`source` (ResNet-50) quantized by onnxruntime's static quantizer (see the module's
+    doc) to `path`."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    # Per-channel scales need DequantizeLinear's `axis`, from opset 13 (the light model
+    # is of opset 8).
+    model = onnx.version_converter.convert_version(onnx.load(source), 13)
+    name = model.graph.input[0].name
+
+    class Images(CalibrationDataReader):
+        def __init__(self):
+            generator = np.random.default_rng(8)
+            self.batches = iter([{name: generator.random((1, 3, 224, 224), dtype=np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    upgraded = f"{path}.{os.getpid()}.opset13.onnx"
+    prepared, quantized = f"{path}.{os.getpid()}.pre.onnx", f"{path}.{os.getpid()}.tmp"
+    try:
+        onnx.save(model, upgraded)
+        quant_pre_process(upgraded, prepared)
+        quantize_static(
+            prepared,
+            quantized,
+            Images(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+        )
+        os.replace(quantized, path)
+    finally:
+        for leftover in (upgraded, prepared, quantized):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 1:
         small_models()
@@ -696,5 +740,7 @@ if __name__ == "__main__":
         minilm(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "torch_cnn" and len(sys.argv) == 4:
         torch_cnn(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "resnet50_int8" and len(sys.argv) == 4:
+        resnet50_int8(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)

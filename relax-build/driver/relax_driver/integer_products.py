@@ -36,7 +36,7 @@ from tvm import relax
 NARROW = ("int8", "uint8")
 # Ops that keep the values of their first operand (widened or moved).
 KEEPS_VALUES = ("relax.astype", "relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.permute_dims",
-                "relax.broadcast_to", "relax.flatten")
+                "relax.broadcast_to", "relax.flatten", "relax.layout_transform")
 PRODUCTS = ("relax.matmul", "relax.nn.conv2d", "relax.nn.conv1d")
 # How far back through bindings an operand is followed.
 MAX_DEPTH = 8
@@ -80,6 +80,9 @@ def float_copy_of_narrow(expr, bound):
     if isinstance(expr, relax.Var):
         value = bound(expr)
         return value is not None and float_copy_of_narrow(value, bound)
+    if op_name(expr) in ("relax.layout_transform", "relax.reshape", "relax.permute_dims"):
+        # Moved (a channel-blocked layout pads with zeros).
+        return float_copy_of_narrow(expr.args[0], bound)
     return (
         isinstance(expr, relax.Call)
         and isinstance(expr.op, tvm.ir.Op)
@@ -140,6 +143,9 @@ class FloatProducts(relax.PyExprMutator):
         call = super().visit_call_(call)
         if not isinstance(call.op, tvm.ir.Op) or call.op.name not in PRODUCTS:
             return call
+        if dtype_of(call) == "float32":
+            rewritten = self.dequantized_product(call)
+            return call if rewritten is None else rewritten
         if dtype_of(call) != "int32" or not all(narrow(arg, self.bound) for arg in call.args[:2]):
             return call
         # A constant operand (a layer's 8-bit weights less their zero point) becomes a
@@ -149,24 +155,151 @@ class FloatProducts(relax.PyExprMutator):
             else relax.const(value.astype("float32"))
             for arg in call.args[:2]
         )
-        attrs = call.attrs
+        return relax.op.astype(relax.op.round(same_product(call, a, b)), "int32")
+
+    def dequantized_product(self, call):
+        """A float32 product of a dequantized activation (one scale) by a dequantized
+        constant weight (a scale per output channel or one), as the QDQ format writes a
+        quantized layer, computed on the 8-bit values less their zero points and scaled
+        after: `conv(s_x (x - zx), s_w (w - zw)) = s_x s_w conv(x - zx, w - zw)`, as
+        onnxruntime's integer kernels compute it. The weight's integers become a float32
+        constant here; or None."""
+        activation = self.dequantized(call.args[0])
+        if activation is None or activation[1].size != 1:
+            return None
+        weight = self.dequantized(call.args[1], constant=True)
+        if weight is None:
+            return None
+        integers, weight_scales = weight
         if call.op.name == "relax.matmul":
-            product = relax.op.matmul(a, b, out_dtype="float32")
+            # One scale per column of a [K, N] weight.
+            if integers.ndim != 2 or not np.all(weight_scales == weight_scales[:1]):
+                return None
+            scales, shape = weight_scales[0], [integers.shape[1]]
         else:
-            convolution = relax.op.nn.conv2d if call.op.name == "relax.nn.conv2d" else relax.op.nn.conv1d
-            product = convolution(
-                a,
-                b,
-                strides=attrs.strides,
-                padding=attrs.padding,
-                dilation=attrs.dilation,
-                groups=int(attrs.groups),
-                data_layout=attrs.data_layout,
-                kernel_layout=attrs.kernel_layout,
-                out_layout=attrs.out_layout,
-                out_dtype="float32",
-            )
-        return relax.op.astype(relax.op.round(product), "int32")
+            # One scale per filter of an OIHW kernel.
+            filters = integers.shape[0]
+            if not np.all(weight_scales == weight_scales.reshape(filters, -1)[:, :1].reshape(-1, *[1] * (integers.ndim - 1))):
+                return None
+            scales = weight_scales.reshape(filters, -1)[:, 0]
+            shape = [1, filters] + [1] * (integers.ndim - 2)
+        values, activation_scale = activation
+        x = relax.op.astype(values, "float32")
+        product = same_product(call, x, relax.const(integers.astype("float32")))
+        combined = (scales.astype(np.float64) * float(activation_scale.reshape(-1)[0])).astype("float32")
+        return relax.op.multiply(product, relax.const(combined.reshape(shape)))
+
+    def dequantized(self, expr, constant=False):
+        """For `expr` a `dequantize` of 8-bit values by constant scales and zero points (and
+        for `constant`, of constant values, through a `permute_dims` too): (the values less
+        their zero point, as an int32 expression or for `constant` a numpy array; the
+        scales, broadcast to the values' shape for `constant`, else as given); or None."""
+        value = self.bound(expr) if isinstance(expr, relax.Var) else expr
+        permuted, axes = False, None
+        if constant and op_name(value) == "relax.permute_dims":
+            permuted = True
+            axes = None if value.attrs.axes is None else [int(axis) for axis in value.attrs.axes]
+            inner = value.args[0]
+            value = self.bound(inner) if isinstance(inner, relax.Var) else inner
+        if op_name(value) != "relax.dequantize" or dtype_of(value) != "float32":
+            return None
+        data, scale, zero_point = value.args[:3]
+        if dtype_of(data) not in NARROW:
+            return None
+        scale = constant_value(scale, self.bound)
+        zero_point = constant_value(zero_point, self.bound) if len(value.args) > 2 else None
+        if scale is None or zero_point is None or scale.dtype != np.float32 or zero_point.dtype.kind not in "iu":
+            return None
+        if not constant:
+            if zero_point.size != 1:
+                return None
+            shifted = relax.op.subtract(relax.op.astype(data, "int32"), relax.const(np.int32(zero_point.reshape(-1)[0])))
+            return shifted, scale
+        values = constant_value(data, self.bound)
+        if values is None:
+            return None
+        axis = int(value.attrs.axis)
+        rank = values.ndim
+        axis = axis + rank if axis < 0 else axis
+
+        def along_axis(parameter):
+            if parameter.size == 1:
+                return np.broadcast_to(parameter.reshape([1] * rank), values.shape)
+            shape = [1] * rank
+            shape[axis] = parameter.size
+            return np.broadcast_to(parameter.reshape(shape), values.shape)
+
+        integers = values.astype(np.int32) - along_axis(zero_point).astype(np.int32)
+        scales = along_axis(scale)
+        if permuted:
+            integers, scales = np.transpose(integers, axes), np.transpose(scales, axes)
+        return np.ascontiguousarray(integers), np.ascontiguousarray(scales)
+
+
+def op_name(expr):
+    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
+
+
+def same_product(call, a, b):
+    """`call` (a matmul or convolution) of `a` and `b` instead, in float32."""
+    attrs = call.attrs
+    if call.op.name == "relax.matmul":
+        return relax.op.matmul(a, b, out_dtype="float32")
+    convolution = relax.op.nn.conv2d if call.op.name == "relax.nn.conv2d" else relax.op.nn.conv1d
+    return convolution(
+        a,
+        b,
+        strides=attrs.strides,
+        padding=attrs.padding,
+        dilation=attrs.dilation,
+        groups=int(attrs.groups),
+        data_layout=attrs.data_layout,
+        kernel_layout=attrs.kernel_layout,
+        out_layout=attrs.out_layout,
+        out_dtype="float32",
+    )
+
+
+@relax.expr_functor.mutator
+class ElementwiseQuantization(relax.PyExprMutator):
+    """`quantize` and `dequantize` by one scale and zero point (per tensor, constants)
+    written as the elementwise ops TVM's own lowering computes, so that the channel-blocked
+    layout (blocked_layout.py: TVM's ConvertLayout, which does not know the quantization
+    ops and would move every one back and forth) goes through them:
+    `clip(round(x / s) + z, lo, hi)` cast to the 8-bit type, and `(q - z) * s`."""
+
+    def __init__(self, bindings):
+        super().__init__()
+        self.bindings = bindings
+
+    def bound(self, var):
+        value = self.lookup_binding(var)
+        return self.bindings.get(var) if value is None else value
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        name = op_name(call)
+        if name not in ("relax.quantize", "relax.dequantize") or len(call.args) < 3:
+            return call
+        scale, zero_point = (constant_value(arg, self.bound) for arg in call.args[1:3])
+        if scale is None or zero_point is None or scale.size != 1 or zero_point.size != 1:
+            return call
+        if scale.dtype != np.float32 or zero_point.dtype.kind not in "iu":
+            return call
+        data = call.args[0]
+        scale = relax.const(np.float32(scale.reshape(-1)[0]))
+        zero = zero_point.reshape(-1)[0]
+        if name == "relax.quantize":
+            out_dtype = dtype_of(call)
+            if out_dtype not in NARROW or dtype_of(data) != "float32":
+                return call
+            low, high = np.iinfo(out_dtype).min, np.iinfo(out_dtype).max
+            shifted = relax.op.add(relax.op.round(relax.op.divide(data, scale)), relax.const(np.float32(zero)))
+            return relax.op.astype(relax.op.clip(shifted, int(low), int(high)), out_dtype)
+        if dtype_of(call) != "float32" or dtype_of(data) not in NARROW:
+            return call
+        shifted = relax.op.subtract(relax.op.astype(data, "int32"), relax.const(np.int32(zero)))
+        return relax.op.multiply(relax.op.astype(shifted, "float32"), scale)
 
 
 def bindings_of(function):
@@ -192,6 +325,10 @@ def in_float32(ir_module):
     for global_var, function in ir_module.functions.items():
         if isinstance(function, relax.Function):
             rewritten = FloatProducts(bindings_of(function)).visit_expr(function)
+            rewritten = ElementwiseQuantization(bindings_of(rewritten)).visit_expr(rewritten)
+            if not rewritten.same_as(function):
+                # The dequantized weights the products no longer read.
+                rewritten = relax.analysis.remove_all_unused(rewritten)
             changed = changed or not rewritten.same_as(function)
             functions[global_var] = rewritten
         else:

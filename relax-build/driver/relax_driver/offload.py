@@ -41,7 +41,8 @@ Whatever the precision, for a CPU that multiplies bf16 in hardware (the request'
 `"bf16_instructions"`), a dense layer computing integer products of 8-bit values
 (integer_products.py: a quantized model's `MatMulInteger`, say) with a constant weight
 goes to the bf16 kernels too: bf16 holds both operands exactly, so the result is the
-float32 one, from half the weight bytes (see `exact_bf16_weights`).
+float32 one, from half the weight bytes (see `exact_bf16_weights`); so does a blocked
+convolution of such values (a QDQ model's layer, see `exact_bf16_convolutions`).
 
 Likewise a weight used only as the kernel of 3x3 convolutions with stride 1 (no dilation,
 one group) that a Winograd variant computes best (see `winograd_tile`) is taken as its
@@ -1076,6 +1077,65 @@ def bf16_constant_weights(function):
     return rewritten_function(function, packed_constant)
 
 
+def exact_integer_weight(weight, weight_rank):
+    """The value (numpy) of `weight` when it is a float32 constant of rank `weight_rank`
+    holding integers within [-256, 256] (which bf16 holds exactly), else None."""
+    import numpy as np
+
+    if not isinstance(weight, tvm.ir.Constant) or rank(weight) != weight_rank or not is_float32(weight):
+        return None
+    values = weight.value.numpy()
+    if not (np.all(np.abs(values) <= 256) and np.array_equal(values, np.round(values))):
+        return None
+    return values
+
+
+def function_bindings(function):
+    return {
+        binding.var: binding.value
+        for block in function.body.blocks
+        for binding in block.bindings
+        if isinstance(binding, relax.VarBinding)
+    }
+
+
+def exact_bf16_convolutions(function, matrix_units=False):
+    """The blocked convolutions that compute integer products exactly in bf16 (a float32
+    copy of 8-bit values by a constant kernel of integers within [-256, 256]: a QDQ
+    model's layers, integer_products.py) take their kernel in bf16 filter panels, packed
+    now, and call the bf16 blocked kernels: where the direct blocked kernel computes
+    them in a bf16 build (`takes_bf16_filter_panels`)."""
+    from .integer_products import float_copy_of_narrow
+
+    values = function_bindings(function)
+
+    def packed_exactly(binding):
+        name, args = kernel_call(binding)
+        if name is None or not takes_bf16_filter_panels(name, args, binding.var.ty, matrix_units):
+            return None
+        if not float_copy_of_narrow(args[0], values.get):
+            return None
+        kernel = exact_integer_weight(args[1], 4)
+        if kernel is None:
+            # A constant kernel `Block.blocked_kernel` packed in float32 filter panels.
+            panels = exact_integer_weight(args[1], 5)
+            out_dims = static_ints(dims_of_type(binding.var.ty))
+            if panels is None or out_dims is None:
+                return None
+            kernel = oihw_of_filter_panels(panels, out_dims[1] * out_dims[4])
+        args[1] = relax.const(bf16_filter_panels_of(kernel))
+        return packed(bf16_conv_kernel(name), args, binding.var.ty)
+
+    return rewritten_function(function, packed_exactly)
+
+
+def oihw_of_filter_panels(panels, filters):
+    """The OIHW kernel (numpy) of `filters` filters that `filter_panels_of` packed in
+    `panels`."""
+    count, channels, kernel_h, kernel_w, width = panels.shape
+    return panels.transpose(0, 4, 1, 2, 3).reshape(count * width, channels, kernel_h, kernel_w)[:filters]
+
+
 def exact_bf16_weights(function):
     """The dense calls that compute integer products exactly in bf16 call the bf16 kernels:
     those whose input is a float32 copy of 8-bit values and whose weight a float32
@@ -1085,26 +1145,14 @@ def exact_bf16_weights(function):
     instructions (or tiles) to multiply."""
     from .integer_products import float_copy_of_narrow
 
-    values = {
-        binding.var: binding.value
-        for block in function.body.blocks
-        for binding in block.bindings
-        if isinstance(binding, relax.VarBinding)
-    }
+    values = function_bindings(function)
 
     def packed_exactly(binding):
         name, args = kernel_call(binding)
         if name is None or name.removesuffix(RESIDUAL) not in DENSE:
             return None
-        weight = args[1]
-        if not isinstance(weight, tvm.ir.Constant) or rank(weight) != 2 or not is_float32(weight):
-            return None
-        matrix = weight.value.numpy()
-        import numpy as np
-
-        if not (np.all(np.abs(matrix) <= 256) and np.array_equal(matrix, np.round(matrix))):
-            return None
-        if not float_copy_of_narrow(args[0], values.get):
+        matrix = exact_integer_weight(args[1], 2)
+        if matrix is None or not float_copy_of_narrow(args[0], values.get):
             return None
         if int(args[epilogue_index(name) - 1].value) == 1:
             matrix = matrix.T
@@ -1605,14 +1653,34 @@ def blocked_transform(call):
     return getattr(blocked[4], "value", None) == BLOCK and maps(attrs.index_map, point, image)
 
 
+def constant_derived(expr, values, depth=0):
+    """Whether `expr` is computed from constants alone (by ops of them, through the
+    function's `values` {variable: bound value}), which TVM folds when it builds."""
+    if depth > 8:
+        return False
+    if isinstance(expr, tvm.ir.Constant):
+        return True
+    if isinstance(expr, relax.Var):
+        value = values.get(expr)
+        return value is not None and constant_derived(value, values, depth)
+    if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op) or expr.op.name.startswith("relax.call"):
+        return False
+    tensors = [arg for arg in expr.args if isinstance(arg, relax.Expr) and isinstance(getattr(arg, "ty", None), relax.TensorType)]
+    return bool(tensors) and all(constant_derived(arg, values, depth + 1) for arg in tensors)
+
+
 def layout_kernel_calls(function):
     """The function with each used transform between NCHW and channel-blocked tensors (see
     `blocked_transform`) run by relax-runtime's `layout_blocked` kernel: TVM's loops for it
     read 16 planes a value at a time (about 1 GB/s; MobileNetV2's took 10% of its time)."""
     uses = count_uses(function)
+    values = function_bindings(function)
 
     def kernel_call(binding):
         if not blocked_transform(binding.value) or uses.get(binding.var, 0) == 0:
+            return None
+        if constant_derived(binding.value.args[0], values):
+            # Folded when the model is built (a quantized layer's scales per channel).
             return None
         return packed("relax_runtime.layout_blocked", [binding.value.args[0]], binding.var.ty)
 
@@ -1628,8 +1696,9 @@ def rewrite(ir_module, target, precision="f32", matrix_units=False, bf16_instruc
     "columns": N of packed ones, "depth": K of bf16 ones}). `precision` "bf16" takes dense
     weights in bf16 panels (see `panel_weights`) and blocked convolutions' kernels in bf16
     filter panels (see `bf16_filter_panel_weights`). With `bf16_instructions` (the target
-    CPU multiplies bf16 in hardware), dense layers whose integer products bf16 holds
-    exactly go to the bf16 kernels whatever the precision (see `exact_bf16_weights`)."""
+    CPU multiplies bf16 in hardware), dense layers and blocked convolutions whose integer
+    products bf16 holds exactly go to the bf16 kernels whatever the precision (see
+    `exact_bf16_weights`, `exact_bf16_convolutions`)."""
     del target  # the kernels choose their instructions at run time
     module = ir_module
     layouts = {}
@@ -1642,6 +1711,8 @@ def rewrite(ir_module, target, precision="f32", matrix_units=False, bf16_instruc
             bf16_filter_panels = {}
             if precision == "bf16":
                 rewritten, bf16_filter_panels = bf16_filter_panel_weights(rewritten, matrix_units)
+            elif bf16_instructions:
+                rewritten = exact_bf16_convolutions(rewritten, matrix_units)
             rewritten, winograd = winograd_weights(rewritten)
             rewritten, recurrent = recurrent_weights(rewritten)
             winograd.update(recurrent)

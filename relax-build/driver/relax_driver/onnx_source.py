@@ -345,10 +345,28 @@ def node_failure(model, request, nodes, error):
     )
 
 
+def quantization_parameters(function):
+    """The variables `function` uses as the scales or zero points of its `quantize` and
+    `dequantize` calls: bound as constants, a quantized layer's scales per channel let its
+    products run on the 8-bit values (integer_products.py)."""
+    from tvm import relax
+
+    found = set()
+
+    def visit(expr):
+        op = getattr(expr, "op", None) if isinstance(expr, relax.Call) else None
+        if getattr(op, "name", None) in ("relax.quantize", "relax.dequantize"):
+            found.update(arg for arg in expr.args[1:3] if isinstance(arg, relax.Var))
+
+    relax.analysis.post_order_visit(function.body, visit)
+    return found
+
+
 def scalars_bound(ir_module, arrays):
-    """`main` with its one-value weights (a Clip's bounds, an epsilon) and its integer
+    """`main` with its one-value weights (a Clip's bounds, an epsilon), its integer
     and boolean ones (reshape targets, slice bounds, indices: what a graph computes
-    shapes and selections with, never a layer's weights) bound as constants, and the
+    shapes and selections with; a quantized layer's 8-bit weights) and its quantization
+    scales and zero points bound as constants, and the
     values of the weights it still takes: a constant folds where a weight cannot (a
     ReLU6 into a convolution's epilogue, a shape computation into static dims), and is
     no weight to load. `arrays` are the values of `main`'s weight parameters, in order."""
@@ -361,8 +379,11 @@ def scalars_bound(ir_module, arrays):
             "onnx_import",
             f"TVM's ONNX importer returned {len(arrays)} weights for {len(weight_vars)} weight parameters",
         )
+    quantization = quantization_parameters(function)
     scalars = {
-        var: array for var, array in zip(weight_vars, arrays) if array.size == 1 or array.dtype.kind in "biu"
+        var: array
+        for var, array in zip(weight_vars, arrays)
+        if array.size == 1 or array.dtype.kind in "biu" or var in quantization
     }
     if scalars:
         ir_module = relax.transform.BindParams("main", scalars)(ir_module)
