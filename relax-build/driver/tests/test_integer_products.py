@@ -9,11 +9,11 @@ import unittest
 import numpy as np
 import onnx
 from onnx import helper
-from onnx_ops_cases import graph_model, run_driver
+from onnx_ops_cases import graph_model, run_driver, run_onnxruntime
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from relax_driver import offload, onnx_source  # noqa: E402
+from relax_driver import blocked_layout, offload, onnx_source  # noqa: E402
 
 RNG = np.random.default_rng(5)
 
@@ -111,6 +111,98 @@ class ExactBf16Products(unittest.TestCase):
         node = helper.make_node("MatMul", ["x", "w"], ["y"])
         made = graph_model(node, {"x": x}, {"y": np.float32}, {"w": w}, opset=13)
         self.assertEqual(dense_kernels(made, True), ["relax_runtime.dense"])
+
+
+def qdq_conv(channels, filters, external=False):
+    """A QDQ layer as onnxruntime's static quantizer writes one: a uint8 activation per
+    tensor, int8 weights per filter, an int32 bias, a ReLU and the output quantized."""
+    w = RNG.integers(-128, 128, (filters, channels, 3, 3)).astype(np.int8)
+    initializers = {
+        "x_scale": np.array(0.02, np.float32), "x_zero": np.array(131, np.uint8),
+        "w": w, "w_scale": RNG.uniform(0.001, 0.004, filters).astype(np.float32),
+        "w_zero": np.zeros(filters, np.int8),
+        "b": RNG.integers(-2000, 2000, filters).astype(np.int32),
+        "y_scale": np.array(0.05, np.float32), "y_zero": np.array(3, np.uint8),
+    }
+    initializers["b_scale"] = (initializers["w_scale"] * np.float32(0.02)).astype(np.float32)
+    initializers["b_zero"] = np.zeros(filters, np.int32)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zero"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "w_scale", "w_zero"], ["wd"], axis=0),
+        helper.make_node("DequantizeLinear", ["b", "b_scale", "b_zero"], ["bd"], axis=0),
+        helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "y_scale", "y_zero"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "y_scale", "y_zero"], ["y"]),
+    ]
+    x = RNG.uniform(-2.5, 2.5, (1, channels, 12, 12)).astype(np.float32)
+    return graph_model(nodes, {"x": x}, ["y"], initializers, opset=13), {"x": x}
+
+
+def imported_ops(made, weights_mode="embed"):
+    from tvm import relax
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.onnx")
+        onnx.save(made, path)
+        ir_module, _, _ = onnx_source.load({"source": path, "inputs": [], "weights_mode": weights_mode})
+    found = []
+
+    def visit(expr):
+        name = getattr(expr.op, "name", None) if isinstance(expr, relax.Call) else None
+        if name is not None:
+            found.append((name, str(expr.ty.dtype) if isinstance(expr.ty, relax.TensorType) else None))
+        if name == "relax.nn.conv2d":
+            kernel = expr.args[1]
+            values = kernel.value.numpy() if hasattr(kernel, "value") and hasattr(kernel.value, "numpy") else None
+            integers = values is not None and np.array_equal(values, np.round(values)) and np.abs(values).max() <= 128
+            found.append(("kernel of 8-bit values", integers))
+
+    relax.analysis.post_order_visit(ir_module["main"].body, visit)
+    return ir_module, found
+
+
+class DequantizedProducts(unittest.TestCase):
+    """A QDQ layer's convolution runs on the 8-bit values less their zero points (its
+    weight a constant of integers), its scales applied after."""
+
+    def test_a_qdq_convolution_runs_on_its_8_bit_values(self):
+        for weights_mode in ("embed", "external"):
+            made, feeds = qdq_conv(4, 8)
+            _, found = imported_ops(made, weights_mode)
+            names = [name for name, _ in found]
+            # Per-tensor quantization is elementwise ops; only the int32 bias's
+            # dequantization (constants, folded when built) is left.
+            self.assertNotIn("relax.quantize", names)
+            self.assertEqual(names.count("relax.dequantize"), 1)
+            self.assertIn(("relax.nn.conv2d", "float32"), found)
+            self.assertIn(("kernel of 8-bit values", True), found)
+        # onnxruntime without its graph optimizations computes the graph as written,
+        # in float32 on the dequantized values: an output may land a step apart.
+        got = run_driver(made, feeds)[0]
+        want = run_onnxruntime(made, feeds)[0]
+        steps = np.abs(got - want) / 0.05
+        self.assertLessEqual(steps.max(), 1.0 + 1e-4)
+        self.assertLess(np.mean(steps > 0.5), 0.01)
+
+    def test_on_a_cpu_with_bf16_instructions_blocked_qdq_convolutions_take_the_bf16_kernels(self):
+        from tvm import relax
+
+        made, _ = qdq_conv(32, 64)
+        for bf16_instructions, expected in ((True, "relax_runtime.conv2d_bf16"), (False, "relax_runtime.conv2d")):
+            ir_module, _ = imported_ops(made)
+            ir_module, _, _ = blocked_layout.convert(ir_module, {"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"}, [], (None, None))
+            ir_module, _ = offload.rewrite(ir_module, None, "f32", False, bf16_instructions)
+            found = []
+
+            def visit(expr):
+                name = offload.packed_name(expr) if isinstance(expr, relax.Call) else None
+                if name is not None and name.startswith("relax_runtime.conv2d"):
+                    found.append(name)
+
+            relax.analysis.post_order_visit(ir_module["main"].body, visit)
+            self.assertEqual(found, [expected])
 
 
 if __name__ == "__main__":
