@@ -94,7 +94,7 @@ def run(request):
             None,
             request.get("precision", "f32"),
             request.get("matrix_units", False),
-            request.get("bf16_instructions", False),
+            request.get("fast_bf16", False),
         )
         if request.get("precision") == "bf16":
             warnings.extend(offload.precision_warnings(ir_module))

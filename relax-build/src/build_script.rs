@@ -26,6 +26,7 @@ use crate::package::Package;
 use crate::resolve::{ArtifactSource, Artifacts, Resolver};
 use crate::runtime_libraries;
 use crate::signature::Signature;
+use crate::target::Bf16Hardware;
 use crate::tuning;
 use crate::versions::TVM_VERSION;
 
@@ -96,7 +97,7 @@ impl Config {
         let mut compiled = Vec::new();
         for model in &package.metadata.models {
             warn_when_untuned(resolver, model);
-            warn_when_bf16_is_emulated(resolver, model);
+            warn_when_bf16_is_slow(resolver, model);
             let inputs = resolver.key_inputs(model)?;
             let artifacts = resolver.resolve(model, &inputs)?;
             compiled.push(materialize(
@@ -151,48 +152,50 @@ fn warn_when_untuned(resolver: &Resolver, model: &Model) {
 }
 
 /// A model with `precision = "bf16"` built for a CPU without bf16 dot products runs its
-/// dense layers and convolutions on a portable tile, slower than float32: say so, once
-/// per build.
-fn warn_when_bf16_is_emulated(resolver: &Resolver, model: &Model) {
+/// dense layers and convolutions on a portable tile, slower than float32, and on an Intel
+/// CPU without AMX's tiles `vdpbf16ps` is slower than float32 too: say so, once per
+/// build.
+fn warn_when_bf16_is_slow(resolver: &Resolver, model: &Model) {
     if model.options.precision != metadata::Precision::Bf16 {
         return;
     }
     let target = resolver.cargo_target();
-    let same_machine = target == resolver.host();
-    let Some(why) = bf16_emulated(target, same_machine && !host_has_avx512_bf16()) else {
+    let host = (target == resolver.host()).then(Bf16Hardware::of_host);
+    let Some(why) = bf16_slow(target, host) else {
         return;
     };
     resolver.cargo().warning(&format!(
-        "relax-build: model `{}` has precision = \"bf16\", but {why}: its dense layers and \
-         convolutions will run relax-runtime's portable bf16 tile there, slower than float32 \
-         (on a CPU with AVX512-BF16 the same library runs `vdpbf16ps`). Remove the key to \
-         keep float32.",
+        "relax-build: model `{}` has precision = \"bf16\", but {why}. Remove the key to keep \
+         float32.",
         model.name
     ));
 }
 
-/// Why a bf16 model built for `target` would run the portable tile, if it would: a
-/// target other than x86-64 (relax-runtime has no bf16 tile for aarch64 yet), or a
-/// build for this machine (`host_without_bf16`: whose CPU lacks AVX512-BF16). A cross
-/// build for another x86-64 CPU cannot tell, and says nothing.
-fn bf16_emulated(target: &str, host_without_bf16: bool) -> Option<String> {
+/// Why a bf16 model built for `target` would run slower than float32, if it would: a
+/// target other than x86-64 (relax-runtime has no bf16 tile for aarch64 yet), or a build
+/// for this machine (`host`: its CPU's bf16 hardware) whose CPU lacks AVX512-BF16 or runs
+/// it slower than float32. A cross build for another x86-64 CPU cannot tell, and says
+/// nothing.
+fn bf16_slow(target: &str, host: Option<Bf16Hardware>) -> Option<String> {
+    const PORTABLE: &str = "its dense layers and convolutions will run relax-runtime's \
+                            portable bf16 tile there, slower than float32 (on a CPU with \
+                            AVX512-BF16 the same library runs `vdpbf16ps`)";
     if !target.starts_with("x86_64") {
-        Some(format!("relax-runtime has no bf16 tile for {target} yet"))
-    } else if host_without_bf16 {
-        Some("this machine's CPU has no AVX512-BF16".to_string())
-    } else {
-        None
+        return Some(format!(
+            "relax-runtime has no bf16 tile for {target} yet: {PORTABLE}"
+        ));
     }
-}
-
-fn host_has_avx512_bf16() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512bf16")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+    match host {
+        Some(cpu) if !cpu.instructions => {
+            Some(format!("this machine's CPU has no AVX512-BF16: {PORTABLE}"))
+        }
+        Some(cpu) if !cpu.faster_than_float32 => Some(
+            "this machine's CPU runs AVX512-BF16's `vdpbf16ps` slower than float32 and has no \
+             AMX tiles (an Intel CPU before Sapphire Rapids, or AMX refused by the kernel): its \
+             dense layers and convolutions will run slower than in float32 here"
+                .to_string(),
+        ),
+        _ => None,
     }
 }
 
@@ -321,15 +324,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_bf16_build_says_when_it_will_run_the_portable_tile() {
-        let aarch64 = bf16_emulated("aarch64-unknown-linux-gnu", false).unwrap();
+    fn a_bf16_build_says_when_it_will_run_slower_than_float32() {
+        const X86: &str = "x86_64-unknown-linux-gnu";
+        let cpu = |instructions, tiles, faster_than_float32| Bf16Hardware {
+            instructions,
+            tiles,
+            faster_than_float32,
+        };
+        let aarch64 = bf16_slow("aarch64-unknown-linux-gnu", None).unwrap();
         assert!(
             aarch64.contains("no bf16 tile for aarch64-unknown-linux-gnu"),
             "{aarch64}"
         );
-        let host = bf16_emulated("x86_64-unknown-linux-gnu", true).unwrap();
-        assert!(host.contains("no AVX512-BF16"), "{host}");
-        assert_eq!(bf16_emulated("x86_64-unknown-linux-gnu", false), None);
+        let without = bf16_slow(X86, Some(cpu(false, false, false))).unwrap();
+        assert!(without.contains("no AVX512-BF16"), "{without}");
+        let intel = bf16_slow(X86, Some(cpu(true, false, false))).unwrap();
+        assert!(intel.contains("no AMX tiles"), "{intel}");
+        assert_eq!(bf16_slow(X86, Some(cpu(true, false, true))), None);
+        assert_eq!(bf16_slow(X86, Some(cpu(true, true, true))), None);
+        // A cross build for another x86-64 CPU cannot tell.
+        assert_eq!(bf16_slow(X86, None), None);
     }
 
     #[test]

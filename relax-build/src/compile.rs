@@ -75,7 +75,7 @@ impl Job<'_> {
             onnx_prepare: model.options.onnx_prepare,
             precision: model.options.precision.as_str(),
             matrix_units: self.target.bf16_hardware.tiles,
-            bf16_instructions: self.target.bf16_hardware.instructions,
+            fast_bf16: self.target.bf16_hardware.faster_than_float32,
             weights_mode: match model.weights {
                 Weights::Embed => "embed",
                 Weights::External => "external",

@@ -282,9 +282,10 @@ pub struct Request {
     /// Whether the target CPU has AMX-BF16's tiles (a bf16 build then leaves no 3x3
     /// layer to float32 Winograd).
     pub matrix_units: bool,
-    /// Whether the target CPU runs bf16 products (AVX512-BF16 or AMX-BF16): a dense
-    /// layer's exact integer products of 8-bit values then run on the bf16 kernels.
-    pub bf16_instructions: bool,
+    /// Whether the target CPU runs bf16 products faster than float32's (see
+    /// [`crate::target::Bf16Hardware`]): exact integer products of 8-bit values then run
+    /// on the bf16 kernels.
+    pub fast_bf16: bool,
     /// The model's safetensors file (a torch module's `load_state_dict` reads it).
     pub weights_file: Option<PathBuf>,
     /// `auto`, `embed` or `external` (ONNX initializers).
@@ -574,7 +575,7 @@ mod tests {
             onnx_prepare: true,
             precision: "f32",
             matrix_units: false,
-            bf16_instructions: false,
+            fast_bf16: false,
             weights_file: None,
             weights_mode: "auto",
             output_dir: PathBuf::from("/out"),

@@ -45,7 +45,7 @@ pub struct KeyInputs {
 impl KeyInputs {
     /// Hashes every input of `model` compiled for `target` with the tuning records in
     /// `tuning` (if any), for a CPU with the bf16 hardware `bf16` (its tiles change a
-    /// bf16 model's kernels; its instructions an ONNX model's integer products').
+    /// bf16 model's kernels; bf16 faster than float32, an ONNX model's integer products').
     pub fn of(
         model: &Model,
         target: &serde_json::Value,
@@ -56,8 +56,8 @@ impl KeyInputs {
         if bf16.tiles && model.options.precision == crate::metadata::Precision::Bf16 {
             parts.insert("matrix_units".to_string(), "amx-bf16".to_string());
         }
-        if bf16.instructions && model.kind == crate::metadata::SourceKind::Onnx {
-            parts.insert("bf16_instructions".to_string(), "yes".to_string());
+        if bf16.faster_than_float32 && model.kind == crate::metadata::SourceKind::Onnx {
+            parts.insert("fast_bf16".to_string(), "yes".to_string());
         }
         if let Some(dir) = tuning {
             for file in crate::tuning::record_files(dir) {
@@ -262,6 +262,7 @@ mod tests {
             let bf16 = Bf16Hardware {
                 instructions: true,
                 tiles,
+                faster_than_float32: true,
             };
             KeyInputs::of(&model, &target, None, bf16)
                 .unwrap()
@@ -272,9 +273,9 @@ mod tests {
     }
 
     #[test]
-    fn bf16_instructions_change_the_key_of_an_onnx_model_only() {
+    fn fast_bf16_changes_the_key_of_an_onnx_model_only() {
         let dir = tempfile::tempdir().unwrap();
-        let key = |source: &str, instructions: bool| {
+        let key = |source: &str, fast: bool| {
             std::fs::write(dir.path().join(source), b"x").unwrap();
             let entry = if source.ends_with(".py") {
                 "entry = \"M\"\n"
@@ -287,8 +288,9 @@ mod tests {
             let model = manifest.unwrap().models.remove(0);
             let target = serde_json::json!({"kind": "llvm"});
             let bf16 = Bf16Hardware {
-                instructions,
+                instructions: true,
                 tiles: false,
+                faster_than_float32: fast,
             };
             KeyInputs::of(&model, &target, None, bf16)
                 .unwrap()

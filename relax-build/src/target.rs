@@ -175,20 +175,26 @@ fn codegen_options(rustflags: &[String]) -> Vec<(String, String)> {
 /// assumes none ([`Bf16Hardware::default`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Bf16Hardware {
-    /// AVX512-BF16's `vdpbf16ps` (or AMX-BF16): exact integer products of 8-bit values run
-    /// on relax-runtime's bf16 kernels.
+    /// AVX512-BF16's `vdpbf16ps` (AMX-BF16 implies it).
     pub instructions: bool,
     /// AMX-BF16's tiles: a bf16 build leaves no 3x3 layer to float32 Winograd.
     pub tiles: bool,
+    /// bf16 products run faster than float32's: on the tiles, or with `vdpbf16ps` on
+    /// AMD's cores (Zen 4 and 5 run it at twice the float32 FMA's flops; the Intel Xeon
+    /// measured, at half: relax-kernels' README). Exact integer products of 8-bit values
+    /// then run on relax-runtime's bf16 kernels.
+    pub faster_than_float32: bool,
 }
 
 impl Bf16Hardware {
     /// This machine's CPU.
     pub fn of_host() -> Bf16Hardware {
         let tiles = host_has_amx_bf16();
+        let instructions = tiles || host_has_avx512_bf16();
         Bf16Hardware {
-            instructions: tiles || host_has_avx512_bf16(),
+            instructions,
             tiles,
+            faster_than_float32: tiles || (instructions && host_is_amd()),
         }
     }
 }
@@ -202,6 +208,23 @@ fn host_has_amx_bf16() -> bool {
         const AMX_BF16_AND_TILE: u32 = (1 << 22) | (1 << 24);
         __cpuid_count(0, 0).eax >= 7
             && __cpuid_count(7, 0).edx & AMX_BF16_AND_TILE == AMX_BF16_AND_TILE
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this machine's CPU is AMD's (`cpuid` leaf 0's vendor string).
+fn host_is_amd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let leaf = std::arch::x86_64::__cpuid(0);
+        let vendor: Vec<u8> = [leaf.ebx, leaf.edx, leaf.ecx]
+            .iter()
+            .flat_map(|word| word.to_le_bytes())
+            .collect();
+        vendor == b"AuthenticAMD"
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

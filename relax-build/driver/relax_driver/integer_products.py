@@ -21,7 +21,8 @@ the rounding back to int32 removes it while it stays under half a unit.
 
 A constant operand (a layer's 8-bit weights less their zero point) is computed here, in
 numpy, to a float32 constant: the kernels' offload then takes it as a weight, and for a
-CPU with bf16 instructions runs a dense layer of such products on the bf16 kernels, which
+CPU that multiplies bf16 faster than float32 runs a dense layer of such products (and a
+blocked convolution) on the bf16 kernels, which
 hold these operands exactly (offload.py's `exact_bf16_weights`).
 
 Only products whose operands are 8-bit values (widened, shifted by 8-bit zero points,

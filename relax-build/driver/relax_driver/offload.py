@@ -37,8 +37,8 @@ round `x` to bf16 and sum in float32. A constant weight (a small model's embedde
 initializers) is packed so here, once. A dense layer whose weight is computed, or a
 parameter used otherwise too, stays float32, as does everything else.
 
-Whatever the precision, for a CPU that multiplies bf16 in hardware (the request's
-`"bf16_instructions"`), a dense layer computing integer products of 8-bit values
+Whatever the precision, for a CPU that multiplies bf16 faster than float32 (the
+request's `"fast_bf16"`: AMX-BF16's tiles, or AVX512-BF16 on AMD's cores), a dense layer computing integer products of 8-bit values
 (integer_products.py: a quantized model's `MatMulInteger`, say) with a constant weight
 goes to the bf16 kernels too: bf16 holds both operands exactly, so the result is the
 float32 one, from half the weight bytes (see `exact_bf16_weights`); so does a blocked
@@ -1687,7 +1687,7 @@ def layout_kernel_calls(function):
     return rewritten_function(function, kernel_call)
 
 
-def rewrite(ir_module, target, precision="f32", matrix_units=False, bf16_instructions=False):
+def rewrite(ir_module, target, precision="f32", matrix_units=False, fast_bf16=False):
     """The module with its matmuls and convolutions rewritten into kernel calls, and, per
     function name, how it takes each weight parameter it takes otherwise than stored
     (index -> {"layout": "panels", "transposed_panels", "bf16_panels",
@@ -1695,8 +1695,8 @@ def rewrite(ir_module, target, precision="f32", matrix_units=False, bf16_instruc
     "blocked_winograd", "blocked_winograd4", "bf16_filter_panels" or "transposed",
     "columns": N of packed ones, "depth": K of bf16 ones}). `precision` "bf16" takes dense
     weights in bf16 panels (see `panel_weights`) and blocked convolutions' kernels in bf16
-    filter panels (see `bf16_filter_panel_weights`). With `bf16_instructions` (the target
-    CPU multiplies bf16 in hardware), dense layers and blocked convolutions whose integer
+    filter panels (see `bf16_filter_panel_weights`). With `fast_bf16` (the target
+    CPU multiplies bf16 faster than float32), dense layers and blocked convolutions whose integer
     products bf16 holds exactly go to the bf16 kernels whatever the precision (see
     `exact_bf16_weights`, `exact_bf16_convolutions`)."""
     del target  # the kernels choose their instructions at run time
@@ -1706,12 +1706,12 @@ def rewrite(ir_module, target, precision="f32", matrix_units=False, bf16_instruc
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr):
             rewritten = rewrite_function(function, ir_module)
             rewritten, dense_panels = panel_weights(rewritten, precision)
-            if bf16_instructions and precision != "bf16":
+            if fast_bf16 and precision != "bf16":
                 rewritten = exact_bf16_weights(rewritten)
             bf16_filter_panels = {}
             if precision == "bf16":
                 rewritten, bf16_filter_panels = bf16_filter_panel_weights(rewritten, matrix_units)
-            elif bf16_instructions:
+            elif fast_bf16:
                 rewritten = exact_bf16_convolutions(rewritten, matrix_units)
             rewritten, winograd = winograd_weights(rewritten)
             rewritten, recurrent = recurrent_weights(rewritten)

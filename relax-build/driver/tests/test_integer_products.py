@@ -69,7 +69,7 @@ class IntegerProducts(unittest.TestCase):
         np.testing.assert_array_equal(run_driver(made, {"a": a})[0], a.astype(np.int64) @ b.astype(np.int64))
 
 
-def dense_kernels(made, bf16_instructions):
+def dense_kernels(made, fast_bf16):
     """The relax-runtime kernels the offload calls for the model's products."""
     from tvm import relax
 
@@ -77,7 +77,7 @@ def dense_kernels(made, bf16_instructions):
         path = os.path.join(folder, "model.onnx")
         onnx.save(made, path)
         ir_module, _, _ = onnx_source.load({"source": path, "inputs": [], "weights_mode": "embed"})
-    ir_module, _ = offload.rewrite(ir_module, None, "f32", False, bf16_instructions)
+    ir_module, _ = offload.rewrite(ir_module, None, "f32", False, fast_bf16)
     found = []
 
     def visit(expr):
@@ -91,7 +91,7 @@ def dense_kernels(made, bf16_instructions):
 
 class ExactBf16Products(unittest.TestCase):
     """A dense layer's integer products of 8-bit values by a constant weight go to the
-    bf16 kernels for a CPU with bf16 instructions: bf16 holds both operands exactly."""
+    bf16 kernels for a CPU where bf16 beats float32: bf16 holds both operands exactly."""
 
     def test_constant_8_bit_weights_take_the_bf16_kernels_where_the_cpu_has_them(self):
         a = RNG.integers(0, 256, (3, 40)).astype(np.uint8)
@@ -186,14 +186,14 @@ class DequantizedProducts(unittest.TestCase):
         self.assertLessEqual(steps.max(), 1.0 + 1e-4)
         self.assertLess(np.mean(steps > 0.5), 0.01)
 
-    def test_on_a_cpu_with_bf16_instructions_blocked_qdq_convolutions_take_the_bf16_kernels(self):
+    def test_on_a_cpu_with_fast_bf16_blocked_qdq_convolutions_take_the_bf16_kernels(self):
         from tvm import relax
 
         made, _ = qdq_conv(32, 64)
-        for bf16_instructions, expected in ((True, "relax_runtime.conv2d_bf16"), (False, "relax_runtime.conv2d")):
+        for fast_bf16, expected in ((True, "relax_runtime.conv2d_bf16"), (False, "relax_runtime.conv2d")):
             ir_module, _ = imported_ops(made)
             ir_module, _, _ = blocked_layout.convert(ir_module, {"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"}, [], (None, None))
-            ir_module, _ = offload.rewrite(ir_module, None, "f32", False, bf16_instructions)
+            ir_module, _ = offload.rewrite(ir_module, None, "f32", False, fast_bf16)
             found = []
 
             def visit(expr):
