@@ -82,10 +82,11 @@ def run(request):
     if request.get("offload") and request["pipeline"] != "default":
         # Matmuls and convolutions to relax-runtime's kernels; what they run is not
         # TVM's to compile (or tune). A CNN's convolutions first go on channel-blocked
-        # tensors where that pays (see blocked_layout.py); 1-D ones are 2-D ones first.
-        from relax_driver import blocked_layout, conv1d, offload
+        # tensors where that pays (see blocked_layout.py); 1-D ones are 2-D ones first,
+        # and a one-hot encoding's product by a matrix picks its rows (one_hot.py).
+        from relax_driver import blocked_layout, conv1d, offload, one_hot
 
-        ir_module = conv1d.as_conv2d(ir_module)
+        ir_module = conv1d.as_conv2d(one_hot.as_rows(ir_module))
         ir_module, _, (written_weights, weight_names) = blocked_layout.convert(
             ir_module, request["target"], warnings, (written_weights, weight_names)
         )

@@ -185,6 +185,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../driver/relax_driver/integer_products.py"),
     ),
     (
+        "relax_driver/one_hot.py",
+        include_str!("../driver/relax_driver/one_hot.py"),
+    ),
+    (
         "relax_driver/weight_transforms.py",
         include_str!("../driver/relax_driver/weight_transforms.py"),
     ),

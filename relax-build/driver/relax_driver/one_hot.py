@@ -1,0 +1,124 @@
+"""Products of a one-hot encoding by a matrix, computed as the rows they pick.
+
+Exports of byte- and character-level models write an embedding lookup as a one-hot
+encoding multiplied by a matrix: `matmul(astype(equal(x, arange(n)), "float32"), W)`
+with `x` integer codes of shape `[..., 1]` (magika's file-type model: 2048 bytes against
+257 codes, by a `[257, 64]` matrix). The product multiplies and adds n times per output
+value to pick one row of `W`; `take` picks it directly, and a code outside `[0, n)`,
+whose one-hot row is all zeros, gets a zero row. The result is the product's: one term
+is the row itself and the others are zeros (for finite `W`).
+"""
+
+import numpy as np
+import tvm
+from tvm import relax
+
+
+def op_name(expr):
+    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
+
+
+def dims(expr):
+    ty = getattr(expr, "ty", None)
+    shape = getattr(ty, "shape", None) if isinstance(ty, relax.TensorType) else None
+    return None if shape is None or not isinstance(shape, relax.ShapeExpr) else list(shape.values)
+
+
+def dtype_of(expr):
+    ty = getattr(expr, "ty", None)
+    return str(ty.dtype) if isinstance(ty, relax.TensorType) else None
+
+
+def codes_count(constant):
+    """n when `constant` holds 0, 1, ..., n - 1 along its last axis and has no other axis
+    longer than 1, else None."""
+    if not isinstance(constant, tvm.ir.Constant):
+        return None
+    values = constant.value.numpy()
+    if values.ndim == 0 or values.dtype.kind not in "iu" or values.size != values.shape[-1]:
+        return None
+    return values.shape[-1] if np.array_equal(values.reshape(-1), np.arange(values.shape[-1])) else None
+
+
+@relax.expr_functor.mutator
+class OneHotProducts(relax.PyExprMutator):
+    def __init__(self, bindings):
+        super().__init__()
+        self.bindings = bindings
+
+    def bound(self, expr):
+        if not isinstance(expr, relax.Var):
+            return expr
+        value = self.lookup_binding(expr)
+        return self.bindings.get(expr) if value is None else value
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if op_name(call) != "relax.matmul" or dtype_of(call) != "float32":
+            return call
+        one_hot, matrix = call.args[:2]
+        cast = self.bound(one_hot)
+        if op_name(cast) != "relax.astype" or dtype_of(cast) != "float32":
+            return call
+        test = self.bound(cast.args[0])
+        if op_name(test) != "relax.equal":
+            return call
+        codes, count = None, None
+        for first, second in (test.args, reversed(test.args)):
+            count = codes_count(second)
+            if count is not None:
+                codes = first
+                break
+        codes_dims, matrix_dims = dims(codes) if codes is not None else None, dims(matrix)
+        if count is None or codes_dims is None or matrix_dims is None or len(matrix_dims) != 2:
+            return call
+        if dtype_of(codes) not in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"):
+            return call
+        last = codes_dims[-1]
+        if not isinstance(last, tvm.tirx.IntImm) or int(last) != 1:
+            return call
+        rows = matrix_dims[0]
+        if not isinstance(rows, tvm.tirx.IntImm) or int(rows) != count or len(dims(one_hot) or []) != len(codes_dims):
+            return call
+        # Positive axes: TVM 0.27's ConvertLayout fails (std::bad_alloc) on negative ones.
+        index = relax.op.squeeze(relax.op.astype(codes, "int64"), axis=[len(codes_dims) - 1])
+        valid = relax.op.logical_and(
+            relax.op.greater_equal(index, relax.const(0, "int64")),
+            relax.op.less(index, relax.const(count, "int64")),
+        )
+        picked = relax.op.take(matrix, relax.op.clip(index, 0, count - 1), axis=0)
+        mask = relax.op.expand_dims(relax.op.astype(valid, "float32"), axis=len(codes_dims) - 1)
+        return relax.op.multiply(picked, mask)
+
+
+def bindings_of(function):
+    bindings = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.SeqExpr):
+            for block in expr.blocks:
+                for binding in block.bindings:
+                    if isinstance(binding, relax.VarBinding):
+                        bindings[binding.var] = binding.value
+
+    relax.analysis.post_order_visit(function, visit)
+    return bindings
+
+
+def as_rows(ir_module):
+    """`ir_module` with each product of a one-hot encoding by a matrix (see the module's
+    doc) computed as the matrix's rows it picks."""
+    functions = {}
+    changed = False
+    for global_var, function in ir_module.functions.items():
+        if isinstance(function, relax.Function):
+            rewritten = OneHotProducts(bindings_of(function)).visit_expr(function)
+            if not rewritten.same_as(function):
+                rewritten = relax.analysis.remove_all_unused(rewritten)
+                changed = True
+            functions[global_var] = rewritten
+        else:
+            functions[global_var] = function
+    if not changed:
+        return ir_module
+    return relax.transform.Normalize()(tvm.IRModule(functions, attrs=ir_module.attrs))
