@@ -362,6 +362,32 @@ def with_whole_filter_blocks(ir_module):
     return relax.transform.DeadCodeElimination()(module)
 
 
+@relax.expr_functor.mutator
+class PositiveAxes(relax.PyExprMutator):
+    """See `positive_axes`."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        name = getattr(call.op, "name", None)
+        if name not in ("relax.squeeze", "relax.expand_dims") or call.attrs.axis is None:
+            return call
+        axes = [int(axis) for axis in call.attrs.axis]
+        # squeeze counts axes of its operand, expand_dims of its result.
+        ty = getattr(call.args[0], "ty", None) if name == "relax.squeeze" else getattr(call, "ty", None)
+        rank = getattr(ty, "ndim", -1)
+        if all(axis >= 0 for axis in axes) or rank is None or rank < 0:
+            return call
+        axes = [axis + rank if axis < 0 else axis for axis in axes]
+        return (relax.op.squeeze if name == "relax.squeeze" else relax.op.expand_dims)(call.args[0], axes)
+
+
+def positive_axes(function):
+    """The function with the negative axes of its `squeeze` and `expand_dims` (in If
+    branches too) counted from the front: TVM 0.27's ConvertLayout fails on a negative
+    one (`std::bad_alloc`; silero-vad's decoder squeezes axis -1)."""
+    return PositiveAxes().visit_expr(function)
+
+
 def clamp_ops(function, module):
     """The function with each `call_tir` of a `max` or `min` of a tensor and a scalar
     bound (how ONNX's importer writes Clip) as a `maximum` or `minimum` op, and each
@@ -453,10 +479,12 @@ def channel_splits_as_slices(function):
 def prepared(ir_module):
     """The module as ConvertLayout carries it best: batch norms decomposed, stacks as
     concatenations, channel splits as slices, per-channel operands of rank 4, clamps as
-    ops (see the module's doc)."""
+    ops (see the module's doc), axes counted from the front (`positive_axes`)."""
     module = relax.transform.DecomposeOpsForInference()(ir_module)
     functions = {
-        global_var: clamp_ops(channel_operands(channel_splits_as_slices(stacks_as_concatenations(function))), module)
+        global_var: clamp_ops(
+            channel_operands(channel_splits_as_slices(stacks_as_concatenations(positive_axes(function)))), module
+        )
         if isinstance(function, relax.Function) and isinstance(function.body, relax.SeqExpr)
         else function
         for global_var, function in module.functions.items()

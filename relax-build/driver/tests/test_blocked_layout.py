@@ -385,6 +385,33 @@ class Blocked(unittest.TestCase):
         )
         self.assertEqual(operands, [[4, 4], [4, 1]])
 
+    def test_negative_axes_of_squeeze_and_expand_dims_do_not_stop_the_layout(self):
+        # TVM 0.27's ConvertLayout fails (std::bad_alloc) on a negative axis: silero-vad's
+        # decoder squeezes axis -1 after its convolutions.
+        x = relax.Var("x", relax.TensorType([1, 64, 14, 14], "float32"))
+        w = relax.Var("w", relax.TensorType([64, 64, 3, 3], "float32"))
+        builder = relax.BlockBuilder()
+        with builder.function("main", [x, w], attrs={"num_input": 1}):
+            with builder.dataflow():
+                y = builder.emit(relax.op.nn.conv2d(x, w, padding=[1, 1, 1, 1]))
+                z = builder.emit(relax.op.nn.conv2d(y, w, padding=[1, 1, 1, 1]))
+                pooled = builder.emit(relax.op.mean(z, axis=[3], keepdims=True))
+                squeezed = builder.emit(relax.op.squeeze(pooled, axis=[-1]))
+                out = builder.emit_output(relax.op.expand_dims(squeezed, axis=[-1]))
+            builder.emit_func_output(out)
+        warnings = []
+        module, converted, _ = blocked_layout.convert(builder.get(), X86, warnings)
+        self.assertEqual(warnings, [])
+        self.assertTrue(converted)
+        axes = []
+        relax.analysis.post_order_visit(
+            module["main"].body,
+            lambda expr: axes.extend(int(axis) for axis in expr.attrs.axis)
+            if offload.op_name(expr) in ("relax.squeeze", "relax.expand_dims")
+            else None,
+        )
+        self.assertEqual(axes, [3, 3])
+
     def test_a_convolution_between_blocked_ones_that_stays_nchw_keeps_the_module_nchw(self):
         module, converted, _ = blocked_layout.convert(Grouped, X86)
         self.assertFalse(converted)
