@@ -9,13 +9,22 @@
 //! where a task no worker has started is run by the calling thread instead of waited
 //! for.
 //!
+//! A loop whose launches keep finishing within a few microseconds runs on the calling
+//! thread alone from then on ([`LoopHistory`]): with shapes known only at run time,
+//! relax-build's schedules parallelize every loop, and silero-vad's call had 53 launches
+//! over tensors of 128 to 1,000 values, each costing more in the hand-off to a worker
+//! than it saved. A loop run so that takes longer goes back to the pool.
+//!
 //! `TVMBackendParallelBarrier` (a barrier between a launch's tasks, which TIR emits only
 //! for the `parallel_barrier_when_finish` pragma; relax-build's schedules never do) needs
 //! every task running at once, which the pool does not promise: [`parallel_barrier`]
 //! fails with an error that says so, instead of waiting forever.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::api::{self, Api};
 use crate::globals;
@@ -105,8 +114,45 @@ impl RaisedError {
     }
 }
 
+/// A parallel launch that finished within this runs on the calling thread next time: a
+/// hand-off to a worker and back costs about a microsecond (two cores of an Intel Xeon),
+/// so a loop this short saves less than it costs.
+const INLINE_BELOW: Duration = Duration::from_micros(2);
+
+/// A loop run on the calling thread that took longer than this goes back to the pool
+/// (twice [`INLINE_BELOW`]: about what two threads would have finished in that much).
+const PARALLEL_ABOVE: Duration = Duration::from_micros(4);
+
+/// How each parallel loop (by its task function) ran last on this thread.
+#[derive(Default)]
+struct LoopHistory {
+    inline: HashMap<usize, bool>,
+}
+
+impl LoopHistory {
+    /// Whether the loop `key` runs on the calling thread alone this time.
+    fn inline(&self, key: usize) -> bool {
+        self.inline.get(&key).copied().unwrap_or(false)
+    }
+
+    /// Records that the loop `key` took `elapsed`, run inline or not.
+    fn ran(&mut self, key: usize, inline: bool, elapsed: Duration) {
+        let next = if inline {
+            elapsed <= PARALLEL_ABOVE
+        } else {
+            elapsed < INLINE_BELOW
+        };
+        self.inline.insert(key, next);
+    }
+}
+
+thread_local! {
+    static HISTORY: RefCell<LoopHistory> = RefCell::new(LoopHistory::default());
+}
+
 /// `TVMBackendParallelLaunch(flambda, cdata, num_task)`: runs `flambda` for each task
-/// (`num_task` of them, 0 for one per thread of this thread's calls) on the pool, and
+/// (`num_task` of them, 0 for one per thread of this thread's calls) on the pool, or as
+/// one task on this thread when its last launches were short (see the module docs), and
 /// raises the first task's error, if one failed, on this thread.
 unsafe extern "C" fn parallel_launch(
     lambda: Option<ParallelLambda>,
@@ -144,8 +190,19 @@ unsafe extern "C" fn parallel_launch(
             }
         }
     };
-    let tasks = usize::try_from(num_task).unwrap_or(0);
-    if pool::run(tasks, &body).is_err() {
+    let key = lambda as usize;
+    let inline = HISTORY.with(|history| history.borrow().inline(key));
+    let started = Instant::now();
+    // Inline, one task: the task function then covers the whole loop.
+    let tasks = if inline {
+        1
+    } else {
+        usize::try_from(num_task).unwrap_or(0)
+    };
+    let run = pool::run(tasks, &body);
+    let elapsed = started.elapsed();
+    HISTORY.with(|history| history.borrow_mut().ran(key, inline, elapsed));
+    if run.is_err() {
         globals::raise(
             api::loaded(),
             "InternalError",
@@ -183,4 +240,28 @@ unsafe extern "C" fn parallel_barrier(_task_id: i32, _penv: *mut ParallelGroupEn
          not support: its tasks need not all run at once. Build the model without that pragma",
     );
     -1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_loop_runs_inline_until_it_takes_long_again() {
+        let mut history = LoopHistory::default();
+        let (short, long) = (Duration::from_micros(1), Duration::from_micros(50));
+        assert!(!history.inline(7), "a loop first runs on the pool");
+        history.ran(7, false, long);
+        assert!(!history.inline(7));
+        history.ran(7, false, short);
+        assert!(history.inline(7));
+        // Another loop keeps its own history.
+        assert!(!history.inline(8));
+        // Inline within twice the threshold: it stays inline.
+        history.ran(7, true, Duration::from_micros(3));
+        assert!(history.inline(7));
+        // A larger shape takes longer inline: back to the pool.
+        history.ran(7, true, long);
+        assert!(!history.inline(7));
+    }
 }
