@@ -247,26 +247,30 @@ mod tests {
         assert_eq!(a.input_key().len(), 64);
     }
 
+    /// The input key of model `m` declared by `lines` in a manifest in `dir` (its source
+    /// file written there), for a CPU with the bf16 hardware `bf16`.
+    fn bf16_key(dir: &Path, source: &str, lines: &str, bf16: Bf16Hardware) -> String {
+        std::fs::write(dir.join(source), b"x").unwrap();
+        let text = format!("[package.metadata.relax.models.m]\nsource = \"{source}\"\n{lines}");
+        let manifest = crate::metadata::parse(&text, dir, &dir.join("Cargo.toml"));
+        let model = manifest.unwrap().models.remove(0);
+        let target = serde_json::json!({"kind": "llvm"});
+        KeyInputs::of(&model, &target, None, bf16)
+            .unwrap()
+            .input_key()
+    }
+
     #[test]
     fn amx_tiles_change_the_key_of_a_bf16_model_only() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("m.onnx"), b"x").unwrap();
         let key = |precision: &str, tiles: bool| {
-            let text = format!(
-                "[package.metadata.relax.models.m]\nsource = \"m.onnx\"\nprecision = \"{precision}\"\n"
-            );
-            let manifest =
-                crate::metadata::parse(&text, dir.path(), &dir.path().join("Cargo.toml"));
-            let model = manifest.unwrap().models.remove(0);
-            let target = serde_json::json!({"kind": "llvm"});
             let bf16 = Bf16Hardware {
                 instructions: true,
                 tiles,
                 faster_than_float32: true,
             };
-            KeyInputs::of(&model, &target, None, bf16)
-                .unwrap()
-                .input_key()
+            let lines = format!("precision = \"{precision}\"\n");
+            bf16_key(dir.path(), "m.onnx", &lines, bf16)
         };
         assert_ne!(key("bf16", true), key("bf16", false));
         assert_eq!(key("f32", true), key("f32", false));
@@ -276,25 +280,17 @@ mod tests {
     fn fast_bf16_changes_the_key_of_an_onnx_model_only() {
         let dir = tempfile::tempdir().unwrap();
         let key = |source: &str, fast: bool| {
-            std::fs::write(dir.path().join(source), b"x").unwrap();
-            let entry = if source.ends_with(".py") {
-                "entry = \"M\"\n"
-            } else {
-                ""
-            };
-            let text = format!("[package.metadata.relax.models.m]\nsource = \"{source}\"\n{entry}");
-            let manifest =
-                crate::metadata::parse(&text, dir.path(), &dir.path().join("Cargo.toml"));
-            let model = manifest.unwrap().models.remove(0);
-            let target = serde_json::json!({"kind": "llvm"});
             let bf16 = Bf16Hardware {
                 instructions: true,
                 tiles: false,
                 faster_than_float32: fast,
             };
-            KeyInputs::of(&model, &target, None, bf16)
-                .unwrap()
-                .input_key()
+            let entry = if source.ends_with(".py") {
+                "entry = \"M\"\n"
+            } else {
+                ""
+            };
+            bf16_key(dir.path(), source, entry, bf16)
         };
         assert_ne!(key("m.onnx", true), key("m.onnx", false));
         assert_eq!(key("m.py", true), key("m.py", false));

@@ -1,6 +1,7 @@
 """Rewriting the values bound in a Relax function's body, one binding at a time, and the
 variables and copies new bindings are made of."""
 
+import tvm
 from tvm import relax
 
 # The VM's identity copy (`call_pure_packed` of it gives a tensor whose dims are forgotten).
@@ -101,3 +102,45 @@ def functions_rewritten(ir_module, rewrite):
     for global_var, function in updated.items():
         ir_module[global_var] = function
     return ir_module
+
+
+def bindings_of(function):
+    """{variable: value} of every binding in `function`, those of nested scopes too."""
+    bindings = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.SeqExpr):
+            for block in expr.blocks:
+                for binding in block.bindings:
+                    if isinstance(binding, relax.VarBinding):
+                        bindings[binding.var] = binding.value
+
+    relax.analysis.post_order_visit(function, visit)
+    return bindings
+
+
+def bound_value(mutator, bindings, var):
+    """What `var` is bound to, for a `PyExprMutator`: the builder's binding, else the
+    function's own (`bindings`, see `bindings_of`: a variable the mutator left as it is,
+    bound outside any dataflow block, is not the builder's to look up)."""
+    value = mutator.lookup_binding(var)
+    return bindings.get(var) if value is None else value
+
+
+def functions_rewritten(ir_module, rewrite):
+    """`ir_module` with each Relax function replaced by `rewrite(function)`, the bindings
+    it left unused removed; the module itself when no function changed."""
+    functions = {}
+    changed = False
+    for global_var, function in ir_module.functions.items():
+        if isinstance(function, relax.Function):
+            rewritten = rewrite(function)
+            if not rewritten.same_as(function):
+                rewritten = relax.analysis.remove_all_unused(rewritten)
+                changed = True
+            functions[global_var] = rewritten
+        else:
+            functions[global_var] = function
+    if not changed:
+        return ir_module
+    return relax.transform.Normalize()(tvm.IRModule(functions, attrs=ir_module.attrs))

@@ -30,9 +30,13 @@ reshaped) are rewritten: a MatMul of int32 inputs that could hold any value stay
 in TVM's integer loops.
 """
 
+import functools
+
 import numpy as np
 import tvm
 from tvm import relax
+
+from .bindings import bindings_of, bound_value, functions_rewritten
 
 NARROW = ("int8", "uint8")
 # Ops that keep the values of their first operand (widened or moved).
@@ -132,13 +136,7 @@ class FloatProducts(relax.PyExprMutator):
 
     def __init__(self, bindings):
         super().__init__()
-        # The function's own bindings: a variable the rewrite leaves as it is (a weight
-        # bound to a constant outside any dataflow block) is not the builder's to look up.
-        self.bindings = bindings
-
-    def bound(self, var):
-        value = self.lookup_binding(var)
-        return self.bindings.get(var) if value is None else value
+        self.bound = functools.partial(bound_value, self, bindings)
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -271,11 +269,7 @@ class ElementwiseQuantization(relax.PyExprMutator):
 
     def __init__(self, bindings):
         super().__init__()
-        self.bindings = bindings
-
-    def bound(self, var):
-        value = self.lookup_binding(var)
-        return self.bindings.get(var) if value is None else value
+        self.bound = functools.partial(bound_value, self, bindings)
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -303,37 +297,13 @@ class ElementwiseQuantization(relax.PyExprMutator):
         return relax.op.multiply(relax.op.astype(shifted, "float32"), scale)
 
 
-def bindings_of(function):
-    """{variable: value} of every binding in `function`, those of nested scopes too."""
-    bindings = {}
-
-    def visit(expr):
-        if isinstance(expr, relax.SeqExpr):
-            for block in expr.blocks:
-                for binding in block.bindings:
-                    if isinstance(binding, relax.VarBinding):
-                        bindings[binding.var] = binding.value
-
-    relax.analysis.post_order_visit(function, visit)
-    return bindings
-
-
 def in_float32(ir_module):
     """`ir_module` with each int32 `matmul` or convolution of 8-bit values (see the
-    module's doc) computed in float32 and rounded back to int32."""
-    functions = {}
-    changed = False
-    for global_var, function in ir_module.functions.items():
-        if isinstance(function, relax.Function):
-            rewritten = FloatProducts(bindings_of(function)).visit_expr(function)
-            rewritten = ElementwiseQuantization(bindings_of(rewritten)).visit_expr(rewritten)
-            if not rewritten.same_as(function):
-                # The dequantized weights the products no longer read.
-                rewritten = relax.analysis.remove_all_unused(rewritten)
-            changed = changed or not rewritten.same_as(function)
-            functions[global_var] = rewritten
-        else:
-            functions[global_var] = function
-    if not changed:
-        return ir_module
-    return relax.transform.Normalize()(tvm.IRModule(functions, attrs=ir_module.attrs))
+    module's doc) computed in float32 and rounded back to int32, each QDQ layer's product
+    on its 8-bit values, and per-tensor quantization as elementwise ops."""
+
+    def rewrite(function):
+        rewritten = FloatProducts(bindings_of(function)).visit_expr(function)
+        return ElementwiseQuantization(bindings_of(rewritten)).visit_expr(rewritten)
+
+    return functions_rewritten(ir_module, rewrite)

@@ -76,7 +76,7 @@ import math
 import tvm
 from tvm import relax, sym
 
-from .bindings import rewritten_body, rewritten_function
+from .bindings import bindings_of, rewritten_body, rewritten_function
 
 # Activation op -> the kernels' epilogue code.
 EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3, "relax.nn.relu6": 4, "relax.nn.silu": 5}
@@ -1090,15 +1090,6 @@ def exact_integer_weight(weight, weight_rank):
     return values
 
 
-def function_bindings(function):
-    return {
-        binding.var: binding.value
-        for block in function.body.blocks
-        for binding in block.bindings
-        if isinstance(binding, relax.VarBinding)
-    }
-
-
 def exact_bf16_convolutions(function, matrix_units=False):
     """The blocked convolutions that compute integer products exactly in bf16 (a float32
     copy of 8-bit values by a constant kernel of integers within [-256, 256]: a QDQ
@@ -1107,7 +1098,7 @@ def exact_bf16_convolutions(function, matrix_units=False):
     them in a bf16 build (`takes_bf16_filter_panels`)."""
     from .integer_products import float_copy_of_narrow
 
-    values = function_bindings(function)
+    values = bindings_of(function)
 
     def packed_exactly(binding):
         name, args = kernel_call(binding)
@@ -1145,7 +1136,7 @@ def exact_bf16_weights(function):
     instructions (or tiles) to multiply."""
     from .integer_products import float_copy_of_narrow
 
-    values = function_bindings(function)
+    values = bindings_of(function)
 
     def packed_exactly(binding):
         name, args = kernel_call(binding)
@@ -1674,7 +1665,7 @@ def layout_kernel_calls(function):
     `blocked_transform`) run by relax-runtime's `layout_blocked` kernel: TVM's loops for it
     read 16 planes a value at a time (about 1 GB/s; MobileNetV2's took 10% of its time)."""
     uses = count_uses(function)
-    values = function_bindings(function)
+    values = bindings_of(function)
 
     def kernel_call(binding):
         if not blocked_transform(binding.value) or uses.get(binding.var, 0) == 0:

@@ -13,6 +13,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .bindings import bindings_of, bound_value, functions_rewritten
+
 
 def op_name(expr):
     return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
@@ -42,15 +44,15 @@ def codes_count(constant):
 
 @relax.expr_functor.mutator
 class OneHotProducts(relax.PyExprMutator):
+    """See `as_rows`."""
+
     def __init__(self, bindings):
         super().__init__()
         self.bindings = bindings
 
     def bound(self, expr):
-        if not isinstance(expr, relax.Var):
-            return expr
-        value = self.lookup_binding(expr)
-        return self.bindings.get(expr) if value is None else value
+        """What `expr` is bound to, or `expr` itself when it is not a variable."""
+        return bound_value(self, self.bindings, expr) if isinstance(expr, relax.Var) else expr
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -91,34 +93,7 @@ class OneHotProducts(relax.PyExprMutator):
         return relax.op.multiply(picked, mask)
 
 
-def bindings_of(function):
-    bindings = {}
-
-    def visit(expr):
-        if isinstance(expr, relax.SeqExpr):
-            for block in expr.blocks:
-                for binding in block.bindings:
-                    if isinstance(binding, relax.VarBinding):
-                        bindings[binding.var] = binding.value
-
-    relax.analysis.post_order_visit(function, visit)
-    return bindings
-
-
 def as_rows(ir_module):
     """`ir_module` with each product of a one-hot encoding by a matrix (see the module's
     doc) computed as the matrix's rows it picks."""
-    functions = {}
-    changed = False
-    for global_var, function in ir_module.functions.items():
-        if isinstance(function, relax.Function):
-            rewritten = OneHotProducts(bindings_of(function)).visit_expr(function)
-            if not rewritten.same_as(function):
-                rewritten = relax.analysis.remove_all_unused(rewritten)
-                changed = True
-            functions[global_var] = rewritten
-        else:
-            functions[global_var] = function
-    if not changed:
-        return ir_module
-    return relax.transform.Normalize()(tvm.IRModule(functions, attrs=ir_module.attrs))
+    return functions_rewritten(ir_module, lambda function: OneHotProducts(bindings_of(function)).visit_expr(function))

@@ -71,18 +71,23 @@ class IntegerProducts(unittest.TestCase):
 
 def dense_kernels(made, fast_bf16):
     """The relax-runtime kernels the offload calls for the model's products."""
-    from tvm import relax
-
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.onnx")
         onnx.save(made, path)
         ir_module, _, _ = onnx_source.load({"source": path, "inputs": [], "weights_mode": "embed"})
     ir_module, _ = offload.rewrite(ir_module, None, "f32", False, fast_bf16)
+    return kernel_names(ir_module, "relax_runtime.dense")
+
+
+def kernel_names(ir_module, prefix):
+    """The relax-runtime kernels `main` calls whose names start with `prefix`."""
+    from tvm import relax
+
     found = []
 
     def visit(expr):
         name = offload.packed_name(expr) if isinstance(expr, relax.Call) else None
-        if name is not None and name.startswith("relax_runtime.dense"):
+        if name is not None and name.startswith(prefix):
             found.append(name)
 
     relax.analysis.post_order_visit(ir_module["main"].body, visit)
@@ -186,23 +191,13 @@ class DequantizedProducts(unittest.TestCase):
         self.assertLessEqual(steps.max(), 1.0 + 1e-4)
         self.assertLess(np.mean(steps > 0.5), 0.01)
 
-    def test_on_a_cpu_with_fast_bf16_blocked_qdq_convolutions_take_the_bf16_kernels(self):
-        from tvm import relax
-
+    def test_on_a_cpu_where_bf16_beats_float32_blocked_qdq_convolutions_take_the_bf16_kernels(self):
         made, _ = qdq_conv(32, 64)
         for fast_bf16, expected in ((True, "relax_runtime.conv2d_bf16"), (False, "relax_runtime.conv2d")):
             ir_module, _ = imported_ops(made)
             ir_module, _, _ = blocked_layout.convert(ir_module, {"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"}, [], (None, None))
             ir_module, _ = offload.rewrite(ir_module, None, "f32", False, fast_bf16)
-            found = []
-
-            def visit(expr):
-                name = offload.packed_name(expr) if isinstance(expr, relax.Call) else None
-                if name is not None and name.startswith("relax_runtime.conv2d"):
-                    found.append(name)
-
-            relax.analysis.post_order_visit(ir_module["main"].body, visit)
-            self.assertEqual(found, [expected])
+            self.assertEqual(kernel_names(ir_module, "relax_runtime.conv2d"), [expected])
 
 
 if __name__ == "__main__":
