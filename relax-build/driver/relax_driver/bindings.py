@@ -10,6 +10,13 @@ from tvm import relax
 COPY = "vm.builtin.copy"
 
 
+def op_name(expr):
+    """The name of the op `expr` calls (`relax.add`), or None when it calls none."""
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return expr.op.name
+    return None
+
+
 def new_var(name, ty, dataflow):
     """A new variable of type `ty`: a `DataflowVar` in a dataflow block, else a `Var`."""
     return relax.DataflowVar(name, ty) if dataflow else relax.Var(name, ty)
@@ -63,8 +70,6 @@ def copies_as_casts(ir_module):
             and str(value.args[0].global_symbol) == COPY
             and len(value.args) == 2
         )
-
-    import tvm
 
     def with_casts(function):
         changed = False
@@ -127,20 +132,7 @@ def bound_value(mutator, bindings, var):
     return bindings.get(var) if value is None else value
 
 
-def functions_rewritten(ir_module, rewrite):
-    """`ir_module` with each Relax function replaced by `rewrite(function)`, the bindings
-    it left unused removed; the module itself when no function changed."""
-    functions = {}
-    changed = False
-    for global_var, function in ir_module.functions.items():
-        if isinstance(function, relax.Function):
-            rewritten = rewrite(function)
-            if not rewritten.same_as(function):
-                rewritten = relax.analysis.remove_all_unused(rewritten)
-                changed = True
-            functions[global_var] = rewritten
-        else:
-            functions[global_var] = function
-    if not changed:
-        return ir_module
-    return relax.transform.Normalize()(tvm.IRModule(functions, attrs=ir_module.attrs))
+def unused_removed(function, rewritten):
+    """`rewritten` (a rewrite of `function`) without the bindings it left unused, or
+    `function` itself when the rewrite changed nothing."""
+    return function if rewritten.same_as(function) else relax.analysis.remove_all_unused(rewritten)

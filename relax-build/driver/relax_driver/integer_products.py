@@ -23,7 +23,7 @@ A constant operand (a layer's 8-bit weights less their zero point) is computed h
 numpy, to a float32 constant: the kernels' offload then takes it as a weight, and for a
 CPU that multiplies bf16 faster than float32 runs a dense layer of such products (and a
 blocked convolution) on the bf16 kernels, which
-hold these operands exactly (offload.py's `exact_bf16_weights`).
+hold these operands exactly (offload.py's `bf16_constant_weights` and `exact_bf16_convolutions`).
 
 Only products whose operands are 8-bit values (widened, shifted by 8-bit zero points,
 reshaped) are rewritten: a MatMul of int32 inputs that could hold any value stays exact
@@ -36,7 +36,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .bindings import bindings_of, bound_value, functions_rewritten
+from .bindings import bindings_of, bound_value, functions_rewritten, op_name, unused_removed
 
 NARROW = ("int8", "uint8")
 # Ops that keep the values of their first operand (widened or moved).
@@ -235,10 +235,6 @@ class FloatProducts(relax.PyExprMutator):
         return np.ascontiguousarray(integers), np.ascontiguousarray(scales)
 
 
-def op_name(expr):
-    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
-
-
 def same_product(call, a, b):
     """`call` (a matmul or convolution) of `a` and `b` instead, in float32."""
     attrs = call.attrs
@@ -304,6 +300,9 @@ def in_float32(ir_module):
 
     def rewrite(function):
         rewritten = FloatProducts(bindings_of(function)).visit_expr(function)
-        return ElementwiseQuantization(bindings_of(rewritten)).visit_expr(rewritten)
+        rewritten = ElementwiseQuantization(bindings_of(rewritten)).visit_expr(rewritten)
+        # The dequantized weights the products no longer read go.
+        return unused_removed(function, rewritten)
 
-    return functions_rewritten(ir_module, rewrite)
+    rewritten = functions_rewritten(ir_module, rewrite)
+    return ir_module if rewritten is ir_module else relax.transform.Normalize()(rewritten)

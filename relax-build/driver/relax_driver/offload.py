@@ -41,7 +41,7 @@ Whatever the precision, for a CPU that multiplies bf16 faster than float32 (the
 request's `"fast_bf16"`: AMX-BF16's tiles, or AVX512-BF16 on AMD's cores), a dense layer computing integer products of 8-bit values
 (integer_products.py: a quantized model's `MatMulInteger`, say) with a constant weight
 goes to the bf16 kernels too: bf16 holds both operands exactly, so the result is the
-float32 one, from half the weight bytes (see `exact_bf16_weights`); so does a blocked
+float32 one, from half the weight bytes (see `bf16_constant_weights`); so does a blocked
 convolution of such values (a QDQ model's layer, see `exact_bf16_convolutions`).
 
 Likewise a weight used only as the kernel of 3x3 convolutions with stride 1 (no dilation,
@@ -76,7 +76,7 @@ import math
 import tvm
 from tvm import relax, sym
 
-from .bindings import bindings_of, rewritten_body, rewritten_function
+from .bindings import bindings_of, op_name, rewritten_body, rewritten_function
 
 # Activation op -> the kernels' epilogue code.
 EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3, "relax.nn.relu6": 4, "relax.nn.silu": 5}
@@ -122,12 +122,6 @@ def static_ints(values):
 
 def provably_equal(a, b):
     return sym.Analyzer().can_prove_equal(a, b)
-
-
-def op_name(expr):
-    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-        return expr.op.name
-    return None
 
 
 def packed_name(expr):
@@ -1056,18 +1050,30 @@ def precision_warnings(ir_module):
     ]
 
 
-def bf16_constant_weights(function):
+def bf16_constant_weights(function, exact=False):
     """The dense calls whose weight is a float32 constant (`[N, K]` taken transposed, or
-    `[K, N]`) take it packed in bf16 panels of pairs now and call the bf16 kernels."""
+    `[K, N]`) take it packed in bf16 panels of pairs now and call the bf16 kernels. With
+    `exact`, only those that bf16 computes exactly: a float32 copy of 8-bit values by a
+    weight of integers within [-256, 256] (integer_products.py's products; the kernels
+    sum in float32 as the float32 ones do), for half the bytes to stream and the CPU's
+    bf16 instructions (or tiles) to multiply."""
+    from .integer_products import float_copy_of_narrow
+
+    values = bindings_of(function) if exact else None
 
     def packed_constant(binding):
         name, args = kernel_call(binding)
         if name is None or name.removesuffix(RESIDUAL) not in DENSE:
             return None
         weight = args[1]
-        if not isinstance(weight, tvm.ir.Constant) or rank(weight) != 2 or not is_float32(weight):
+        if exact:
+            matrix = exact_integer_weight(weight, 2)
+            if matrix is None or not float_copy_of_narrow(args[0], values.get):
+                return None
+        elif not isinstance(weight, tvm.ir.Constant) or rank(weight) != 2 or not is_float32(weight):
             return None
-        matrix = weight.value.numpy()
+        else:
+            matrix = weight.value.numpy()
         if int(args[epilogue_index(name) - 1].value) == 1:
             matrix = matrix.T
         args[1] = relax.const(bf16_panels_of(matrix))
@@ -1125,33 +1131,6 @@ def oihw_of_filter_panels(panels, filters):
     `panels`."""
     count, channels, kernel_h, kernel_w, width = panels.shape
     return panels.transpose(0, 4, 1, 2, 3).reshape(count * width, channels, kernel_h, kernel_w)[:filters]
-
-
-def exact_bf16_weights(function):
-    """The dense calls that compute integer products exactly in bf16 call the bf16 kernels:
-    those whose input is a float32 copy of 8-bit values and whose weight a float32
-    constant of integers within [-256, 256] (integer_products.py's products: bf16 holds
-    both exactly, and the kernels sum in float32 as the float32 ones do). Their weight is
-    packed in bf16 panels of pairs now: half the bytes to stream, and the CPU's bf16
-    instructions (or tiles) to multiply."""
-    from .integer_products import float_copy_of_narrow
-
-    values = bindings_of(function)
-
-    def packed_exactly(binding):
-        name, args = kernel_call(binding)
-        if name is None or name.removesuffix(RESIDUAL) not in DENSE:
-            return None
-        matrix = exact_integer_weight(args[1], 2)
-        if matrix is None or not float_copy_of_narrow(args[0], values.get):
-            return None
-        if int(args[epilogue_index(name) - 1].value) == 1:
-            matrix = matrix.T
-        args[1] = relax.const(bf16_panels_of(matrix))
-        args[epilogue_index(name) - 1] = int_value(0)
-        return packed(bf16_kernel(name), args, binding.var.ty)
-
-    return rewritten_function(function, packed_exactly)
 
 
 def bf16_values(values):
@@ -1689,7 +1668,7 @@ def rewrite(ir_module, target, precision="f32", matrix_units=False, fast_bf16=Fa
     filter panels (see `bf16_filter_panel_weights`). With `fast_bf16` (the target
     CPU multiplies bf16 faster than float32), dense layers and blocked convolutions whose integer
     products bf16 holds exactly go to the bf16 kernels whatever the precision (see
-    `exact_bf16_weights`, `exact_bf16_convolutions`)."""
+    `bf16_constant_weights`, `exact_bf16_convolutions`)."""
     del target  # the kernels choose their instructions at run time
     module = ir_module
     layouts = {}
@@ -1698,7 +1677,7 @@ def rewrite(ir_module, target, precision="f32", matrix_units=False, fast_bf16=Fa
             rewritten = rewrite_function(function, ir_module)
             rewritten, dense_panels = panel_weights(rewritten, precision)
             if fast_bf16 and precision != "bf16":
-                rewritten = exact_bf16_weights(rewritten)
+                rewritten = bf16_constant_weights(rewritten, exact=True)
             bf16_filter_panels = {}
             if precision == "bf16":
                 rewritten, bf16_filter_panels = bf16_filter_panel_weights(rewritten, matrix_units)

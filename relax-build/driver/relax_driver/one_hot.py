@@ -13,22 +13,9 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .bindings import bindings_of, bound_value, functions_rewritten
-
-
-def op_name(expr):
-    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
-
-
-def dims(expr):
-    ty = getattr(expr, "ty", None)
-    shape = getattr(ty, "shape", None) if isinstance(ty, relax.TensorType) else None
-    return None if shape is None or not isinstance(shape, relax.ShapeExpr) else list(shape.values)
-
-
-def dtype_of(expr):
-    ty = getattr(expr, "ty", None)
-    return str(ty.dtype) if isinstance(ty, relax.TensorType) else None
+from .bindings import bindings_of, bound_value, functions_rewritten, op_name, unused_removed
+from .integer_products import dtype_of
+from .offload import dims
 
 
 def codes_count(constant):
@@ -96,4 +83,9 @@ class OneHotProducts(relax.PyExprMutator):
 def as_rows(ir_module):
     """`ir_module` with each product of a one-hot encoding by a matrix (see the module's
     doc) computed as the matrix's rows it picks."""
-    return functions_rewritten(ir_module, lambda function: OneHotProducts(bindings_of(function)).visit_expr(function))
+
+    def rewrite(function):
+        return unused_removed(function, OneHotProducts(bindings_of(function)).visit_expr(function))
+
+    rewritten = functions_rewritten(ir_module, rewrite)
+    return ir_module if rewritten is ir_module else relax.transform.Normalize()(rewritten)
