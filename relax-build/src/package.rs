@@ -1,6 +1,6 @@
 //! One package's declared models, and how to resolve them for one target.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -14,6 +14,8 @@ use crate::tuning;
 pub struct Package {
     pub metadata: Metadata,
     pub resolver: Resolver,
+    /// The build script's `OUT_DIR`, when known.
+    out_dir: Option<PathBuf>,
 }
 
 impl Package {
@@ -48,7 +50,11 @@ impl Package {
             manifest_python: metadata.python.clone(),
             cargo,
         });
-        Ok(Package { metadata, resolver })
+        Ok(Package {
+            metadata,
+            resolver,
+            out_dir,
+        })
     }
 
     /// The model named `name`, or an error listing the declared ones (or saying that its
@@ -104,12 +110,17 @@ impl Package {
     /// build, so the prepared folder is watched only when present; a host build of a
     /// model that declares `tune` but has no records yet watches the folder the records
     /// will be written to (and warns each time), so that `cargo relax tune` takes effect.
+    ///
+    /// Files under `OUT_DIR` (a source the build script generates) are not watched: see
+    /// [`watched`].
     pub fn watch(&self) {
         let cargo = self.resolver.cargo();
         cargo.rerun_if_changed(self.resolver.manifest_path());
         for model in &self.metadata.models {
             for path in model.local_files() {
-                cargo.rerun_if_changed(path);
+                if watched(path, self.out_dir.as_deref()) {
+                    cargo.rerun_if_changed(path);
+                }
             }
         }
         let prepared = self.resolver.prepared_root();
@@ -143,5 +154,42 @@ impl Package {
             fetch: !resolver.offline(),
             cargo: resolver.cargo(),
         })
+    }
+}
+
+/// Whether Cargo should watch `path`: not when it lies under the build script's
+/// `out_dir`. Only the build script writes there (a model it generates), after the
+/// moment Cargo stamps the run with, so Cargo would take such a file for changed and run
+/// the build script again on the next build, generating the model once more for nothing.
+fn watched(path: &Path, out_dir: Option<&Path>) -> bool {
+    let Some(out_dir) = out_dir else {
+        return true;
+    };
+    let canonical =
+        |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    !canonical(path).starts_with(canonical(out_dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_the_build_script_generates_are_not_watched() {
+        let temp = tempfile::tempdir().unwrap();
+        let out_dir = temp.path().join("out");
+        std::fs::create_dir_all(out_dir.join("models")).unwrap();
+        std::fs::write(out_dir.join("models/model.onnx"), b"").unwrap();
+        std::fs::write(temp.path().join("model.onnx"), b"").unwrap();
+        let generated = out_dir.join("models/model.onnx");
+        let declared = temp.path().join("model.onnx");
+        assert!(!watched(&generated, Some(&out_dir)));
+        // The same file through `..`: still under OUT_DIR.
+        assert!(!watched(
+            &out_dir.join("models/../models/model.onnx"),
+            Some(&out_dir)
+        ));
+        assert!(watched(&declared, Some(&out_dir)));
+        assert!(watched(&generated, None));
     }
 }
