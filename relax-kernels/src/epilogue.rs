@@ -25,7 +25,18 @@ pub(crate) enum Epilogue {
     /// `min(max(x / 6 + 0.5, 0), 1)`: HardSigmoid with a slope of 1/6, as PyTorch's
     /// `hardsigmoid` exports (the gate of MobileNetV3's squeeze-excitation).
     HardSigmoidSixth,
+    /// `min(max(round(x), low), high)`, rounding half to even: an output quantized to
+    /// 8 bits, less its zero point (a QDQ model's `QuantizeLinear` as the next layer reads
+    /// it; the driver folds the scales into the kernel's). Its code is
+    /// [`QUANTIZE_CODES`] + `(low + 2^15) * 2^16 + (high + 2^15)`.
+    Quantize {
+        low: i32,
+        high: i32,
+    },
 }
+
+/// The first code of [`Epilogue::Quantize`]; its bounds take the low 32 bits.
+pub(crate) const QUANTIZE_CODES: i64 = 1 << 32;
 
 impl Epilogue {
     pub(crate) fn from_code(code: i64) -> Result<Epilogue, String> {
@@ -39,6 +50,19 @@ impl Epilogue {
             6 => Epilogue::HardSwish,
             7 => Epilogue::HardSigmoid,
             8 => Epilogue::HardSigmoidSixth,
+            code if (QUANTIZE_CODES..QUANTIZE_CODES + (1 << 32)).contains(&code) => {
+                let bounds = code - QUANTIZE_CODES;
+                let (low, high) = (
+                    (bounds >> 16) as i32 - (1 << 15),
+                    (bounds & 0xffff) as i32 - (1 << 15),
+                );
+                if low > high {
+                    return Err(format!(
+                        "epilogue code {code}: quantization bounds [{low}, {high}] are empty"
+                    ));
+                }
+                Epilogue::Quantize { low, high }
+            }
             other => return Err(format!("unknown epilogue code {other}")),
         })
     }
@@ -54,7 +78,8 @@ impl Epilogue {
             | Epilogue::Silu
             | Epilogue::HardSwish
             | Epilogue::HardSigmoid
-            | Epilogue::HardSigmoidSixth => None,
+            | Epilogue::HardSigmoidSixth
+            | Epilogue::Quantize { .. } => None,
         }
     }
 
@@ -91,6 +116,12 @@ multiversion! {
             Epilogue::HardSigmoidSixth => values
                 .iter_mut()
                 .for_each(|value| *value = hard_sigmoid(HARD_SIGMOID_SIXTH_SLOPE, *value)),
+            Epilogue::Quantize { low, high } => {
+                let (low, high) = (low as f32, high as f32);
+                values
+                    .iter_mut()
+                    .for_each(|value| *value = quantized(*value, low, high))
+            }
         }
     }
 }
@@ -108,6 +139,14 @@ fn relu6(value: f32) -> f32 {
 #[inline(always)]
 fn hard_swish(x: f32) -> f32 {
     x * (relu6(x + 3.0) / 6.0)
+}
+
+/// `min(max(round(x), low), high)`, rounding half to even as ONNX's QuantizeLinear does;
+/// a NaN becomes `low`, as TVM's lowering of the same ops gives.
+#[inline(always)]
+#[allow(clippy::manual_clamp)]
+fn quantized(x: f32, low: f32, high: f32) -> f32 {
+    x.round_ties_even().max(low).min(high)
 }
 
 /// ONNX's HardSigmoid's default slope (`alpha`), as a float32 attribute holds it.
@@ -290,6 +329,37 @@ mod tests {
             Epilogue::from_code(9),
             Err("unknown epilogue code 9".to_string())
         );
+        let code =
+            |low: i64, high: i64| QUANTIZE_CODES + ((low + (1 << 15)) << 16) + high + (1 << 15);
+        let quantize = Epilogue::from_code(code(-137, 118)).unwrap();
+        assert_eq!(
+            quantize,
+            Epilogue::Quantize {
+                low: -137,
+                high: 118
+            }
+        );
+        assert!(quantize.after_registers());
+        let mut values = [
+            -500.0f32,
+            -2.5,
+            -1.5,
+            0.5,
+            1.5,
+            2.4999,
+            117.6,
+            300.0,
+            f32::NAN,
+        ];
+        quantize.apply(&mut values);
+        assert_eq!(
+            values,
+            [-137.0, -2.0, -2.0, 0.0, 2.0, 2.0, 118.0, 118.0, -137.0]
+        );
+        assert!(Epilogue::from_code(code(3, 2))
+            .unwrap_err()
+            .contains("are empty"));
+        assert!(Epilogue::from_code(QUANTIZE_CODES + (1 << 32)).is_err());
         let mut rows = [1.0f32, 2.0, 3.0, 4.0];
         add_bias_to_rows(&mut rows, &[10.0, 20.0]);
         assert_eq!(rows, [11.0, 22.0, 13.0, 24.0]);

@@ -88,6 +88,8 @@ def float_copy_of_narrow(expr, bound):
     if op_name(expr) in ("relax.layout_transform", "relax.reshape", "relax.permute_dims"):
         # Moved (a channel-blocked layout pads with zeros).
         return float_copy_of_narrow(expr.args[0], bound)
+    if rounded_within(expr, bound, 255):
+        return True
     return (
         isinstance(expr, relax.Call)
         and isinstance(expr.op, tvm.ir.Op)
@@ -95,6 +97,61 @@ def float_copy_of_narrow(expr, bound):
         and dtype_of(expr) == "float32"
         and narrow(expr.args[0], bound)
     )
+
+
+def rounded_within(expr, bound, limit):
+    """Whether `expr` is `clip(round(x), low, high)` in float32 (or `minimum(maximum(...))`,
+    as the channel-blocked layout leaves it), with integer bounds of at most `limit` in
+    magnitude: 8-bit values less their zero point, as `less_zero_point` writes them."""
+    if dtype_of(expr) != "float32":
+        return False
+
+    def value(expr):
+        return bound(expr) if isinstance(expr, relax.Var) else expr
+
+    def integer_bound(expr):
+        if isinstance(expr, tvm.ir.Constant):
+            data = expr.value.numpy()
+            number = float(data.reshape(-1)[0]) if data.size == 1 else None
+        else:
+            number = getattr(getattr(expr, "value", None), "value", None)
+        return isinstance(number, (int, float)) and float(number).is_integer() and abs(number) <= limit
+
+    if op_name(expr) == "relax.clip":
+        rounded, bounds = expr.args[0], expr.args[1:3]
+    elif op_name(expr) == "relax.minimum" and op_name(value(expr.args[0])) == "relax.maximum":
+        lower = value(expr.args[0])
+        rounded, bounds = lower.args[0], [lower.args[1], expr.args[1]]
+    else:
+        return False
+    return op_name(value(rounded)) == "relax.round" and all(integer_bound(b) for b in bounds)
+
+
+def less_zero_point(data, zero, original, visit):
+    """`data` (8-bit values) less their zero point `zero`, in float32. When `data` is the
+    `quantize` of `x` by one scale and that zero point (`original(var)` gives a variable's
+    binding before the rewrite, `visit` the rewritten `x`), that is `clip(round(x / s),
+    low - zero, high - zero)` (the 8-bit type's bounds): the same integers, exactly,
+    without the round trip through 8 bits, and what a convolution kernel's epilogue
+    computes (offload.py folds it into the layer that computes `x`)."""
+    value = original(data) if isinstance(data, relax.Var) else None
+    if op_name(value) == "relax.quantize" and dtype_of(value) == dtype_of(data) and len(value.args) >= 3:
+        scale, zero_point = (constant_value(arg, original) for arg in value.args[1:3])
+        x = value.args[0]
+        if (
+            scale is not None
+            and zero_point is not None
+            and scale.size == 1
+            and zero_point.size == 1
+            and scale.dtype == np.float32
+            and int(zero_point.reshape(-1)[0]) == zero
+            and dtype_of(x) == "float32"
+        ):
+            low, high = np.iinfo(dtype_of(data)).min, np.iinfo(dtype_of(data)).max
+            divided = relax.op.divide(visit(x), relax.const(np.float32(scale.reshape(-1)[0])))
+            return relax.op.clip(relax.op.round(divided), int(low) - zero, int(high) - zero)
+    shifted = relax.op.subtract(relax.op.astype(data, "int32"), relax.const(np.int32(zero)))
+    return relax.op.astype(shifted, "float32")
 
 
 def constant_value(expr, bound, depth=0):
@@ -137,6 +194,7 @@ class FloatProducts(relax.PyExprMutator):
     def __init__(self, bindings):
         super().__init__()
         self.bound = functools.partial(bound_value, self, bindings)
+        self.original = bindings.get
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -182,8 +240,7 @@ class FloatProducts(relax.PyExprMutator):
                 return None
             scales = weight_scales.reshape(filters, -1)[:, 0]
             shape = [1, filters] + [1] * (integers.ndim - 2)
-        values, activation_scale = activation
-        x = relax.op.astype(values, "float32")
+        x, activation_scale = activation
         product = same_product(call, x, relax.const(integers.astype("float32")))
         combined = (scales.astype(np.float64) * float(activation_scale.reshape(-1)[0])).astype("float32")
         return relax.op.multiply(product, relax.const(combined.reshape(shape)))
@@ -191,7 +248,8 @@ class FloatProducts(relax.PyExprMutator):
     def dequantized(self, expr, constant=False):
         """For `expr` a `dequantize` of 8-bit values by constant scales and zero points (and
         for `constant`, of constant values, through a `permute_dims` too): (the values less
-        their zero point, as an int32 expression or for `constant` a numpy array; the
+        their zero point, as a float32 expression (`less_zero_point`) or for `constant` a
+        numpy int32 array; the
         scales, broadcast to the values' shape for `constant`, else as given); or None."""
         value = self.bound(expr) if isinstance(expr, relax.Var) else expr
         permuted, axes = False, None
@@ -212,8 +270,8 @@ class FloatProducts(relax.PyExprMutator):
         if not constant:
             if zero_point.size != 1:
                 return None
-            shifted = relax.op.subtract(relax.op.astype(data, "int32"), relax.const(np.int32(zero_point.reshape(-1)[0])))
-            return shifted, scale
+            zero = int(zero_point.reshape(-1)[0])
+            return less_zero_point(data, zero, self.original, self.visit_expr), scale
         values = constant_value(data, self.bound)
         if values is None:
             return None
@@ -266,6 +324,7 @@ class ElementwiseQuantization(relax.PyExprMutator):
     def __init__(self, bindings):
         super().__init__()
         self.bound = functools.partial(bound_value, self, bindings)
+        self.original = bindings.get
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -289,8 +348,7 @@ class ElementwiseQuantization(relax.PyExprMutator):
             return relax.op.astype(relax.op.clip(shifted, int(low), int(high)), out_dtype)
         if dtype_of(call) != "float32" or dtype_of(data) not in NARROW:
             return call
-        shifted = relax.op.subtract(relax.op.astype(data, "int32"), relax.const(np.int32(zero)))
-        return relax.op.multiply(relax.op.astype(shifted, "float32"), scale)
+        return relax.op.multiply(less_zero_point(data, int(zero), self.original, self.visit_expr), scale)
 
 
 def in_float32(ir_module):

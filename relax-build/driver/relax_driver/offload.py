@@ -42,7 +42,12 @@ request's `"fast_bf16"`: AMX-BF16's tiles, or AVX512-BF16 on AMD's cores), a den
 (integer_products.py: a quantized model's `MatMulInteger`, say) with a constant weight
 goes to the bf16 kernels too: bf16 holds both operands exactly, so the result is the
 float32 one, from half the weight bytes (see `bf16_constant_weights`); so does a blocked
-convolution of such values (a QDQ model's layer, see `exact_bf16_convolutions`).
+convolution of such values (a QDQ model's layer, see `exact_bf16_convolutions`). Such a
+layer's scales per filter, its bias, a ReLU and the quantization of its output (`min(max(
+round(y / s), low), high)`, integer_products.py's `less_zero_point`) fold into the
+convolution as `conv2d_bn`'s scale and shift (mean 0, variance 1) and the quantizing
+epilogue (`quantize_code`), so that no elementwise pass over the output is left: a fifth
+of a QDQ ResNet-50's time.
 
 Likewise a weight used only as the kernel of 3x3 convolutions with stride 1 (no dilation,
 one group) that a Winograd variant computes best (see `winograd_tile`) is taken as its
@@ -73,6 +78,8 @@ arguments; see `bf16_filter_panel_weights`).
 
 import math
 
+import numpy as np
+
 import tvm
 from tvm import relax, sym
 
@@ -83,6 +90,10 @@ EPILOGUE = {"relax.nn.relu": 1, "relax.nn.gelu": 2, "relax.nn.gelu_tanh": 3, "re
 RELU, RELU6, SILU, HARD_SWISH, HARD_SIGMOID, HARD_SIGMOID_SIXTH = 1, 4, 5, 6, 7, 8
 # The epilogues a convolution folds in.
 CONV_EPILOGUES = (RELU, RELU6, SILU, HARD_SWISH, HARD_SIGMOID, HARD_SIGMOID_SIXTH)
+# The first code of the epilogue `min(max(round(x), low), high)` (relax-kernels'
+# `Epilogue::Quantize`: an output quantized to 8 bits, less its zero point); its bounds
+# take the low 32 bits (see `quantize_code`).
+QUANTIZE_CODES = 1 << 32
 # HardSigmoid's slopes the kernels have an epilogue for (`clip(slope * x + 0.5, 0, 1)`):
 # ONNX's default and PyTorch's 1/6, matched within 1e-6 (PaddlePaddle writes 1/6 as
 # 0.1666667).
@@ -154,6 +165,37 @@ RESIDUAL = "_add"
 # this wide (on x86-64, where the blocked layout is used; `MIN_BLOCKED_WIDTH` there):
 # a keyword spotter's stem has rows of 5.
 DIRECT_MIN_WIDTH = 3
+
+
+def constant_vector(expr):
+    """The values (numpy) of a constant, else None."""
+    return expr.value.numpy() if isinstance(expr, tvm.ir.Constant) else None
+
+
+def quantized_output(expr, values):
+    """Whether `expr` is (a variable bound to) a kernel call whose epilogue quantizes to
+    integers of at most 255 in magnitude (8-bit values less their zero point)."""
+    value = values.get(expr) if isinstance(expr, relax.Var) else None
+    name = packed_name(value)
+    if name is None or not isinstance(value.args[1], relax.Tuple):
+        return False
+    code = value.args[1].fields[epilogue_index(name)]
+    number = prim_float(code)
+    bounds = None if number is None else quantize_bounds(int(number))
+    return bounds is not None and all(abs(bound) <= 255 for bound in bounds)
+
+
+def quantize_code(low, high):
+    """The epilogue code of `min(max(round(x), low), high)` (integer bounds)."""
+    return QUANTIZE_CODES + ((low + (1 << 15)) << 16) + (high + (1 << 15))
+
+
+def quantize_bounds(code):
+    """The bounds of a quantizing epilogue's `code`, or None for another epilogue."""
+    if not QUANTIZE_CODES <= code < 2 * QUANTIZE_CODES:
+        return None
+    bounds = code - QUANTIZE_CODES
+    return (bounds >> 16) - (1 << 15), (bounds & 0xFFFF) - (1 << 15)
 
 
 def with_residual(name):
@@ -336,9 +378,10 @@ class Block:
         if name in ("relax.add", "relax.multiply", "relax.divide") or name in EPILOGUE:
             return self.fold(value, name)
         if name in ("relax.minimum", "relax.clip"):
-            folded = self.hard_sigmoid(value)
-            if folded is not None:
-                return folded
+            for epilogue in (self.quantized, self.hard_sigmoid):
+                folded = epilogue(value)
+                if folded is not None:
+                    return folded
         if name in ("relax.maximum", "relax.minimum", "relax.clip", "relax.call_tir"):
             return self.clamp(value, name)
         if name == "relax.layout_transform":
@@ -541,6 +584,9 @@ class Block:
         plain = kernel_name in DENSE + CONV
         if name in EPILOGUE:
             return self.activated(kernel, EPILOGUE[name], call.ty)
+        scaled = self.scaled_per_filter(kernel, name, other, dims(first), call.ty)
+        if scaled is not None:
+            return scaled
         if name == "relax.add" and kernel_name in ("relax_runtime.conv2d", "relax_runtime.conv2d_transpose") and int(args[-1].value) == 0:
             # A bias first: over a 1x1 plane (a squeeze-excitation's) it has the output's
             # shape too, and as a residual it would be transformed on every call.
@@ -563,6 +609,113 @@ class Block:
             alpha = float(args[3].value) * (scale if name == "relax.multiply" else 1.0 / scale)
             return packed(kernel_name, args[:3] + [float_value(alpha)], call.ty)
         return None
+
+    def scaled_per_filter(self, kernel, name, other, conv_dims, out_type):
+        """A convolution's output times a scale per filter, plus a shift per filter, or
+        divided by a scalar (each known when compiling), folded into the kernel's scale
+        and shift: `conv2d_bn` with the mean 0 and the variance 1 (a QDQ layer's scales
+        and bias, see integer_products.py); or None."""
+        kernel_name = packed_name(kernel)
+        args = list(kernel.args[1].fields)
+        if kernel_name not in ("relax_runtime.conv2d", "relax_runtime.conv2d_bn"):
+            return None
+        code = int(args[-1].value)
+        # A ReLU stays where it is through a division by a positive scalar.
+        relu_commutes = code == RELU and name == "relax.divide" and (self.scalar(other) or 0.0) > 0.0
+        if code != 0 and not relu_commutes:
+            return None
+        if name == "relax.multiply" and kernel_name == "relax_runtime.conv2d":
+            scale = self.filter_vector(other, conv_dims)
+            if scale is None:
+                return None
+            zeros, ones = np.zeros_like(scale), np.ones_like(scale)
+            params = [relax.const(vector) for vector in (scale, zeros, zeros, ones)]
+            return packed("relax_runtime.conv2d_bn", args[:2] + params + [float_value(0.0)] + args[2:], out_type)
+        if kernel_name != "relax_runtime.conv2d_bn":
+            return None
+        gamma, beta = (constant_vector(arg) for arg in args[2:4])
+        if gamma is None or beta is None:
+            return None
+        if name == "relax.add":
+            shift = self.filter_vector(other, conv_dims)
+            if shift is None:
+                return None
+            beta = beta + shift
+        elif name == "relax.divide":
+            divisor = self.scalar(other)
+            if divisor is None or divisor == 0.0:
+                return None
+            gamma, beta = gamma / np.float32(divisor), beta / np.float32(divisor)
+        else:
+            return None
+        return packed(kernel_name, args[:2] + [relax.const(gamma), relax.const(beta)] + args[4:], out_type)
+
+    def filter_vector(self, expr, conv_dims):
+        """A float32 value per filter known when compiling (numpy `[O]`): a constant `[O]`
+        or `[1, O, 1, 1]`, also computed by `dequantize` and moved to blocks by ConvertLayout;
+        or None."""
+        values = self.known_values(self.conv_bias(expr, conv_dims))
+        filters = static_ints(conv_dims[1:2] if len(conv_dims) == 4 else [conv_dims[1] * conv_dims[4]])
+        if values is None or filters is None or values.size != filters[0] or values.dtype != np.float32:
+            return None
+        return values.reshape(-1)
+
+    def known_values(self, expr, depth=0):
+        """The values (numpy) of `expr` computed from constants by reshapes and
+        `dequantize`, else None."""
+        from .integer_products import constant_value
+
+        if depth > 8:
+            return None
+        if isinstance(expr, relax.Var):
+            return self.known_values(self.value_of(expr), depth + 1)
+        if op_name(expr) == "relax.dequantize":
+            data, scale, zero_point = (self.known_values(arg, depth + 1) for arg in expr.args[:3])
+            if data is None or scale is None or zero_point is None or rank(expr) is None:
+                return None
+            shape = [1] * data.ndim
+            if scale.size != 1 or zero_point.size != 1:
+                shape[int(expr.attrs.axis) % data.ndim] = -1
+            shifted = data.astype(np.int64) - zero_point.reshape(shape).astype(np.int64)
+            return (shifted.astype(np.float32) * scale.reshape(shape)).astype(np.float32)
+        if op_name(expr) == "relax.reshape":
+            inner = self.known_values(expr.args[0], depth + 1)
+            # A reshape conv_bias made has no shape yet: flattened (a vector's caller
+            # checks its size).
+            target = static_ints(dims(expr)) or [-1]
+            return None if inner is None else inner.reshape(target)
+        return None if expr is None else constant_value(expr, self.value_of)
+
+    def quantized(self, call):
+        """`min(max(round(y), low), high)` of a convolution's output `y` (or `clip`), with
+        integer bounds, folded as its quantizing epilogue, when nothing else uses the steps
+        between; or None."""
+        name = op_name(call)
+        if name == "relax.clip":
+            rounded_var, bounds = call.args[0], [prim_float(call.args[1]), prim_float(call.args[2])]
+        elif name == "relax.minimum" and self.single_use(call.args[0]):
+            lower = self.value_of(call.args[0])
+            if op_name(lower) != "relax.maximum":
+                return None
+            rounded_var, bounds = lower.args[0], [self.scalar(lower.args[1]), self.scalar(call.args[1])]
+        else:
+            return None
+        rounded = self.value_of(rounded_var)
+        if op_name(rounded) != "relax.round" or not self.single_use(rounded_var):
+            return None
+        if any(bound is None or not bound.is_integer() or abs(bound) >= 1 << 15 for bound in bounds):
+            return None
+        low, high = (int(bound) for bound in bounds)
+        kernel = self.kernel_of(rounded.args[0])
+        if packed_name(kernel) not in CONV or not self.is_residual(rounded.args[0], call):
+            return None
+        # After a ReLU, `round(max(y, 0))` is `max(round(y), 0)`: the low bound at least 0.
+        before = int(kernel.args[1].fields[-1].value)
+        if before == RELU:
+            low = max(low, 0)
+        if low > high or before not in (0, RELU):
+            return None
+        return self.activated(kernel, quantize_code(low, high), call.ty, before)
 
     def silu(self, call):
         """`x * sigmoid(x)` of a kernel call's output `x` (SiLU: ONNX writes a Sigmoid and
@@ -688,7 +841,8 @@ class Block:
             return None
         args = list(kernel.args[1].fields)
         at = epilogue_index(kernel_name)
-        if int(args[at].value) != before or (base in CONV and code not in CONV_EPILOGUES):
+        convolution_code = code in CONV_EPILOGUES or quantize_bounds(code) is not None
+        if int(args[at].value) != before or (base in CONV and not convolution_code):
             return None
         args[at] = int_value(code)
         return packed(kernel_name, args, out_ty)
@@ -1110,7 +1264,7 @@ def exact_bf16_convolutions(function, matrix_units=False):
         name, args = kernel_call(binding)
         if name is None or not takes_bf16_filter_panels(name, args, binding.var.ty, matrix_units):
             return None
-        if not float_copy_of_narrow(args[0], values.get):
+        if not (float_copy_of_narrow(args[0], values.get) or quantized_output(args[0], values)):
             return None
         kernel = exact_integer_weight(args[1], 4)
         if kernel is None:

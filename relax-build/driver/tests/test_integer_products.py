@@ -81,14 +81,27 @@ def dense_kernels(made, fast_bf16):
 
 def kernel_names(ir_module, prefix):
     """The relax-runtime kernels `main` calls whose names start with `prefix`."""
+    return [offload.packed_name(call) for call in kernel_calls(ir_module, prefix)]
+
+
+def kernel_calls(ir_module, prefix):
+    """The calls of `main` to relax-runtime kernels whose names start with `prefix`."""
+    return main_calls(ir_module, lambda call: (offload.packed_name(call) or "").startswith(prefix))
+
+
+def op_count(ir_module, name):
+    """How many calls of the op `name` `main` makes."""
+    return len(main_calls(ir_module, lambda call: getattr(call.op, "name", None) == name))
+
+
+def main_calls(ir_module, wanted):
     from tvm import relax
 
     found = []
 
     def visit(expr):
-        name = offload.packed_name(expr) if isinstance(expr, relax.Call) else None
-        if name is not None and name.startswith(prefix):
-            found.append(name)
+        if isinstance(expr, relax.Call) and wanted(expr):
+            found.append(expr)
 
     relax.analysis.post_order_visit(ir_module["main"].body, visit)
     return found
@@ -193,11 +206,33 @@ class DequantizedProducts(unittest.TestCase):
 
     def test_on_a_cpu_where_bf16_beats_float32_blocked_qdq_convolutions_take_the_bf16_kernels(self):
         made, _ = qdq_conv(32, 64)
-        for fast_bf16, expected in ((True, "relax_runtime.conv2d_bf16"), (False, "relax_runtime.conv2d")):
-            ir_module, _ = imported_ops(made)
-            ir_module, _, _ = blocked_layout.convert(ir_module, {"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"}, [], (None, None))
-            ir_module, _ = offload.rewrite(ir_module, None, "f32", False, fast_bf16)
+        for fast_bf16, expected in ((True, "relax_runtime.conv2d_bf16_bn"), (False, "relax_runtime.conv2d_bn")):
+            ir_module = blocked_qdq_layer(made, fast_bf16)
             self.assertEqual(kernel_names(ir_module, "relax_runtime.conv2d"), [expected])
+
+    def test_a_qdq_layer_s_scales_bias_relu_and_quantization_fold_into_its_kernel(self):
+        # The output quantized by zero point 3 after a ReLU: integers in [0, 255 - 3].
+        ir_module = blocked_qdq_layer(qdq_conv(32, 64)[0], True)
+        calls = kernel_calls(ir_module, "relax_runtime.conv2d_bf16_bn")
+        self.assertEqual(len(calls), 1)
+        code = int(calls[0].args[1].fields[-1].value)
+        self.assertEqual(offload.quantize_bounds(code), (0, 252))
+        gamma, beta, mean, variance = (calls[0].args[1].fields[i].value.numpy() for i in range(2, 6))
+        self.assertTrue(np.all(mean == 0) and np.all(variance == 1))
+        # The scale per filter: the activation's by the weight's, over the output's.
+        self.assertEqual(gamma.shape, (64,))
+        self.assertTrue(np.all(gamma > 0))
+        # Nothing elementwise is left between the layer's input and its output but the
+        # input's own quantization.
+        self.assertEqual(op_count(ir_module, "relax.round"), 1)
+
+
+def blocked_qdq_layer(made, fast_bf16):
+    """`made` imported, channel-blocked and offloaded as for an x86-64 CPU."""
+    ir_module, _ = imported_ops(made)
+    ir_module, _, _ = blocked_layout.convert(ir_module, {"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"}, [], (None, None))
+    ir_module, _ = offload.rewrite(ir_module, None, "f32", False, fast_bf16)
+    return ir_module
 
 
 if __name__ == "__main__":
