@@ -221,3 +221,85 @@ fn a_bf16_convolution_refuses_an_nchw_input() {
     };
     assert!(result.unwrap_err().contains("blocked input"));
 }
+
+/// The quantizing epilogue (a QDQ model's layer: integer products of 8-bit values, its
+/// scales folded into the kernel's scale and shift) on sums that float32 holds exactly:
+/// every tile gives the exact rounding, half to even, and the clamp. The shifts are
+/// multiples of 1/128 and the scales powers of two, so many outputs land on a tie.
+#[test]
+fn a_quantizing_epilogue_rounds_exact_integer_sums_alike_on_every_tile() {
+    let (low, high) = (-100, 90);
+    let epilogue = Epilogue::Quantize { low, high };
+    for (number, case) in [shape(32, 12, 80, 1, 1, 0), shape(64, 9, 32, 3, 1, 1)]
+        .iter()
+        .enumerate()
+    {
+        let seed = 100 + number as u64 * 10;
+        let (oh, ow) = case.output().unwrap();
+        let (plane, pixels) = (case.height * case.width, oh * ow);
+        let integers = |count, seed, limit: f32| -> Vec<f32> {
+            test_values(count, seed, 1.0)
+                .iter()
+                .map(|value| (value * limit).round())
+                .collect()
+        };
+        // 8-bit values less a zero point, and int8 weights.
+        let x = integers(case.batch * case.channels * plane, seed + 1, 255.0);
+        let w = integers(
+            case.filters * case.channels * case.kernel.0 * case.kernel.1,
+            seed + 2,
+            127.0,
+        );
+        let scale: Vec<f32> = (0..case.filters)
+            .map(|filter| 2f32.powi(-8 - (filter % 3) as i32))
+            .collect();
+        let shift: Vec<f32> = integers(case.filters, seed + 3, 64.0)
+            .iter()
+            .map(|value| value / 128.0)
+            .collect();
+        let (mut expected, _) = reference(case, &x, &w, (&scale, &shift, None));
+        assert!(
+            expected.iter().any(|value| value.fract().abs() == 0.5),
+            "some sums are ties"
+        );
+        epilogue.apply(&mut expected);
+        assert!(
+            expected.contains(&(low as f32))
+                && expected.contains(&(high as f32))
+                && expected.iter().any(|value| value.abs() < 10.0),
+            "the case reaches both bounds and the values between"
+        );
+        let expected = to_blocked(&expected, case.filters, pixels);
+        let panels = pack(case.filters, case.channels, case.kernel, &w);
+        let input = to_blocked(&x, case.channels, plane);
+        for isa in [Bf16Isa::Portable, Bf16Isa::Avx512Bf16, Bf16Isa::Amx] {
+            if !isa.runs_here() {
+                continue;
+            }
+            let mut out = vec![f32::NAN; expected.len()];
+            // SAFETY: the buffers have the sizes `case` describes (a blocked input of whole
+            // blocks, the kernel's bf16 filter panels, a blocked output); `isa` runs here.
+            unsafe {
+                blocked_conv(
+                    case,
+                    true,
+                    Arithmetic::Bf16(isa),
+                    Operands {
+                        x: input.as_ptr(),
+                        w: panels.as_ptr(),
+                        per_filter: Some(PerFilter {
+                            scale: Some(&scale),
+                            shift: &shift,
+                        }),
+                        residual: None,
+                        epilogue,
+                        out: Shared(out.as_mut_ptr()),
+                    },
+                    three_threads,
+                )
+                .unwrap()
+            };
+            assert_eq!(out, expected, "{isa:?} {case:?}");
+        }
+    }
+}
