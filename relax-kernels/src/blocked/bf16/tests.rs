@@ -98,6 +98,66 @@ fn shape(
     }
 }
 
+/// The bf16 tiles this CPU runs, the portable one first.
+fn isas_here() -> Vec<Bf16Isa> {
+    [Bf16Isa::Portable, Bf16Isa::Avx512Bf16, Bf16Isa::Amx]
+        .into_iter()
+        .filter(|isa| isa.runs_here())
+        .collect()
+}
+
+/// The blocked bf16 convolution of `case` on `isa`: `input` blocked (whole blocks),
+/// `panels` the kernel's bf16 filter panels, `* scale + shift + residual` (blocked) and
+/// `epilogue` after.
+fn convolved(
+    case: &Conv2d,
+    isa: Bf16Isa,
+    (input, panels): (&[f32], &[f32]),
+    (scale, shift, residual): (&[f32], &[f32], Option<&[f32]>),
+    epilogue: Epilogue,
+) -> Vec<f32> {
+    let (oh, ow) = case.output().unwrap();
+    let blocks = |channels: usize| channels.div_ceil(BLOCK) * BLOCK;
+    let outputs = case.batch * blocks(case.filters) * oh * ow;
+    let depth = case.channels.div_ceil(2) * 2 * case.kernel.0 * case.kernel.1;
+    assert!(isa.runs_here());
+    assert_eq!(
+        input.len(),
+        case.batch * blocks(case.channels) * case.height * case.width
+    );
+    assert_eq!(
+        panels.len(),
+        case.filters.div_ceil(PANEL) * PANEL * depth / 2
+    );
+    assert!(scale.len() >= case.filters && shift.len() >= case.filters);
+    assert!(residual.is_none_or(|residual| residual.len() == outputs));
+    let mut out = vec![f32::NAN; outputs];
+    // SAFETY: the buffers have the sizes `case` describes, checked above (a blocked input
+    // of whole blocks, the kernel's bf16 filter panels, blocked output and residual);
+    // `isa` runs here.
+    unsafe {
+        blocked_conv(
+            case,
+            true,
+            Arithmetic::Bf16(isa),
+            Operands {
+                x: input.as_ptr(),
+                w: panels.as_ptr(),
+                per_filter: Some(PerFilter {
+                    scale: Some(scale),
+                    shift,
+                }),
+                residual: residual.map(<[f32]>::as_ptr),
+                epilogue,
+                out: Shared(out.as_mut_ptr()),
+            },
+            three_threads,
+        )
+        .unwrap()
+    };
+    out
+}
+
 #[test]
 fn bf16_blocked_convolutions_match_naive_loops_and_the_tiles_agree_bit_for_bit() {
     // (AMX's tiles sum in another order, and flush subnormals: they are held to the
@@ -117,10 +177,7 @@ fn bf16_blocked_convolutions_match_naive_loops_and_the_tiles_agree_bit_for_bit()
             ..shape(16, 10, 32, 3, 2, 0)
         },
     ];
-    let isas: Vec<Bf16Isa> = [Bf16Isa::Portable, Bf16Isa::Avx512Bf16, Bf16Isa::Amx]
-        .into_iter()
-        .filter(|isa| isa.runs_here())
-        .collect();
+    let isas = isas_here();
     for (number, case) in cases.iter().enumerate() {
         let seed = number as u64 * 10;
         let (oh, ow) = case.output().unwrap();
@@ -150,30 +207,14 @@ fn bf16_blocked_convolutions_match_naive_loops_and_the_tiles_agree_bit_for_bit()
             let magnitude = to_blocked(&magnitude, case.filters, pixels);
             let mut first: Option<Vec<f32>> = None;
             for &isa in &isas {
-                let mut out = vec![f32::NAN; expected.len()];
-                // SAFETY: the buffers have the sizes `case` describes (a blocked input of
-                // whole blocks, the kernel's bf16 filter panels, blocked output and
-                // residual); `isa` runs here (filtered above).
-                unsafe {
-                    blocked_conv(
-                        case,
-                        true,
-                        Arithmetic::Bf16(isa),
-                        Operands {
-                            x: input.as_ptr(),
-                            w: panels.as_ptr(),
-                            per_filter: Some(PerFilter {
-                                scale: Some(&scale),
-                                shift: &shift,
-                            }),
-                            residual: with_residual.then_some(blocked_residual.as_ptr()),
-                            epilogue,
-                            out: Shared(out.as_mut_ptr()),
-                        },
-                        three_threads,
-                    )
-                    .unwrap()
-                };
+                let residual = with_residual.then_some(blocked_residual.as_slice());
+                let out = convolved(
+                    case,
+                    isa,
+                    (&input, &panels),
+                    (&scale, &shift, residual),
+                    epilogue,
+                );
                 for (index, ((a, e), size)) in out.iter().zip(&expected).zip(&magnitude).enumerate()
                 {
                     assert!(
@@ -272,33 +313,14 @@ fn a_quantizing_epilogue_rounds_exact_integer_sums_alike_on_every_tile() {
         let expected = to_blocked(&expected, case.filters, pixels);
         let panels = pack(case.filters, case.channels, case.kernel, &w);
         let input = to_blocked(&x, case.channels, plane);
-        for isa in [Bf16Isa::Portable, Bf16Isa::Avx512Bf16, Bf16Isa::Amx] {
-            if !isa.runs_here() {
-                continue;
-            }
-            let mut out = vec![f32::NAN; expected.len()];
-            // SAFETY: the buffers have the sizes `case` describes (a blocked input of whole
-            // blocks, the kernel's bf16 filter panels, a blocked output); `isa` runs here.
-            unsafe {
-                blocked_conv(
-                    case,
-                    true,
-                    Arithmetic::Bf16(isa),
-                    Operands {
-                        x: input.as_ptr(),
-                        w: panels.as_ptr(),
-                        per_filter: Some(PerFilter {
-                            scale: Some(&scale),
-                            shift: &shift,
-                        }),
-                        residual: None,
-                        epilogue,
-                        out: Shared(out.as_mut_ptr()),
-                    },
-                    three_threads,
-                )
-                .unwrap()
-            };
+        for isa in isas_here() {
+            let out = convolved(
+                case,
+                isa,
+                (&input, &panels),
+                (&scale, &shift, None),
+                epilogue,
+            );
             assert_eq!(out, expected, "{isa:?} {case:?}");
         }
     }
